@@ -1,0 +1,58 @@
+# make run   install dependencies, build, run the main job
+# make test  install dependencies, build, run every test (unit, conformance,
+#            fuzz smoke run, AddressSanitizer run)
+# make fuzz  longer fuzzing of the wire-format decoder (FUZZ_RUNS=...)
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+JOBS       ?= $(shell nproc)
+FUZZ_RUNS  ?= 200000
+CTEST_JOBS ?= 2
+
+.PHONY: all deps build run test unit asan fuzz fuzz-build format clean
+
+all: build
+
+deps:
+	./scripts/install-deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	./$(BUILD)/tools/xsilo/xsilo run
+
+unit: build
+	cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)
+
+# Sanitized build of core + transport; the conformance suite's multi-GiB
+# and RSS-measuring cases are left to the optimized run.
+asan: deps
+	CC=clang CXX=clang++ cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug \
+	  -DXSILO_SANITIZE=ON -DXSILO_BUILD_TOOLS=OFF
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target core_test transport_test
+	ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 $(ASAN_BUILD)/tests/core/core_test
+	ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 $(ASAN_BUILD)/tests/transport/transport_test \
+	  --gtest_filter='-*TensorOver2GiB*:*BroadcastSharesPayload*:*PayloadSizes*'
+
+fuzz-build: deps
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DXSILO_FUZZ=ON -DXSILO_BUILD_TESTS=OFF -DXSILO_BUILD_TOOLS=OFF
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_decode fuzz_seeds
+
+fuzz: fuzz-build
+	mkdir -p $(FUZZ_BUILD)/corpus
+	$(FUZZ_BUILD)/fuzz/fuzz_seeds $(FUZZ_BUILD)/corpus
+	$(FUZZ_BUILD)/fuzz/fuzz_decode -runs=$(FUZZ_RUNS) -max_len=65536 -rss_limit_mb=2048 \
+	  $(FUZZ_BUILD)/corpus
+
+test: unit asan
+	$(MAKE) fuzz FUZZ_RUNS=$(FUZZ_RUNS)
+
+format:
+	find include src tests tools fuzz -name '*.h' -o -name '*.cpp' | xargs clang-format -i
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

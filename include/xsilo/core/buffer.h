@@ -1,0 +1,87 @@
+// Buffer: reference-counted, sliceable bytes.
+//
+// A Buffer is a (storage, offset, length) view. Copying a Buffer or taking a
+// Slice shares the storage and never copies bytes; the storage is released
+// when the last view goes away. Storage comes from a 64-byte-aligned heap
+// allocation, from caller-owned memory (released through a callback), or
+// from a memory-mapped file.
+//
+// Thread safety: views may be copied and destroyed from any thread. Writing
+// through mutable_data() while another thread reads the same bytes is the
+// caller's race to avoid.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "xsilo/core/status.h"
+
+namespace xsilo {
+
+inline constexpr uint64_t kBufferAlignment = 64;
+
+class Buffer {
+ public:
+  Buffer() = default;  // empty, no storage
+
+  // Uninitialized, 64-byte-aligned storage of `size` bytes. Pages are not
+  // touched, so untouched memory costs no RSS. ResourceExhausted on failure.
+  static Result<Buffer> Allocate(uint64_t size);
+  // Zero-filled variant of Allocate.
+  static Result<Buffer> AllocateZeroed(uint64_t size);
+  // A new aligned Buffer holding a copy of the bytes.
+  static Buffer CopyFrom(const void* data, uint64_t size);
+  static Buffer CopyFrom(std::string_view bytes) { return CopyFrom(bytes.data(), bytes.size()); }
+  // Wraps caller-owned memory; `release` runs once when the last view dies.
+  static Buffer Wrap(void* data, uint64_t size, std::function<void()> release);
+  // Maps a file (private, copy-on-write) for its full length.
+  static Result<Buffer> MapFile(const std::string& path);
+
+  const uint8_t* data() const { return data_; }
+  uint8_t* mutable_data() const { return data_; }
+  uint64_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  std::span<const uint8_t> span() const { return {data_, static_cast<size_t>(size_)}; }
+  std::string_view view() const {
+    return {reinterpret_cast<const char*>(data_), static_cast<size_t>(size_)};
+  }
+
+  // A view of [offset, offset + length) sharing this storage. The range must
+  // lie inside the view (checked; an out-of-range request yields OutOfRange).
+  Result<Buffer> Slice(uint64_t offset, uint64_t length) const;
+  // Unchecked variant for callers that already validated the range.
+  Buffer SliceUnchecked(uint64_t offset, uint64_t length) const;
+
+  // Number of views sharing the storage (0 for an empty default Buffer).
+  long use_count() const { return storage_.use_count(); }
+  bool SharesStorageWith(const Buffer& other) const {
+    return storage_ != nullptr && storage_ == other.storage_;
+  }
+  bool IsAligned(uint64_t alignment = kBufferAlignment) const {
+    return reinterpret_cast<uintptr_t>(data_) % alignment == 0;
+  }
+
+  // Bytes of aligned heap storage currently alive in this process, and the
+  // peak since the last ResetPeak. Cheap atomic counters, for tests and
+  // benchmarks that want to see copies the OS figure cannot attribute.
+  static uint64_t LiveAllocatedBytes();
+  static uint64_t PeakAllocatedBytes();
+  static void ResetPeakAllocatedBytes();
+
+  struct Storage;  // opaque; defined in buffer.cpp
+
+ private:
+  Buffer(std::shared_ptr<Storage> storage, uint8_t* data, uint64_t size)
+      : storage_(std::move(storage)), data_(data), size_(size) {}
+
+  std::shared_ptr<Storage> storage_;
+  uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+}  // namespace xsilo

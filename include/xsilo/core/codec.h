@@ -1,0 +1,92 @@
+// The xsilo wire format (specified in docs/wire-format.md).
+//
+// A frame is a 40-byte fixed prefix, a JSON message header padded to 64
+// bytes, and a payload laid out exactly as a safetensors file. Encoding is a
+// gather list of Buffers (the small prefix, then the tensors' own Buffers):
+// no payload byte is copied. Decoding is zero-copy: decoded tensors are
+// views into the input Buffer. Every decode failure is a Status.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "xsilo/core/buffer.h"
+#include "xsilo/core/message.h"
+#include "xsilo/core/status.h"
+
+namespace xsilo {
+
+inline constexpr uint32_t kFrameMagic = 0x4c495358;  // "XSIL" little-endian
+inline constexpr uint16_t kWireVersion = 1;
+inline constexpr uint64_t kFramePrefixSize = 40;
+
+// Bytes as a gather list: segments concatenated in order.
+struct GatherList {
+  std::vector<Buffer> segments;
+  uint64_t size = 0;
+
+  void Append(Buffer b);
+  // Copies the segments into one new contiguous aligned Buffer.
+  Result<Buffer> Flatten() const;
+  // Copies [offset, offset + length) of the concatenation into `out`.
+  void CopyRange(uint64_t offset, uint64_t length, uint8_t* out) const;
+};
+
+// A safetensors payload.
+struct EncodedPayload {
+  GatherList bytes;
+  uint64_t checksum = 0;  // XXH3-64 of all payload bytes
+};
+
+// A whole frame; `payload_offset` is where the safetensors payload begins.
+struct EncodedFrame {
+  GatherList bytes;
+  uint64_t payload_offset = 0;
+  uint64_t payload_checksum = 0;
+};
+
+struct DecodeLimits {
+  // Largest accepted JSON header (message header or safetensors header).
+  uint64_t max_header_bytes = 64ull << 20;
+  // Largest accepted payload; frames announcing more are rejected before any allocation.
+  uint64_t max_payload_bytes = 1ull << 42;
+  uint64_t max_tensors = 1u << 20;
+  bool verify_checksum = true;
+};
+
+// Tensors in payload order: by element size (largest first), then by name,
+// so every tensor starts at a multiple of its element size.
+std::vector<const std::pair<const std::string, Tensor>*> PayloadOrder(const TensorMap& tensors);
+
+EncodedPayload EncodeSafetensors(const TensorMap& tensors,
+                                 const std::map<std::string, std::string>& metadata = {});
+Result<TensorMap> DecodeSafetensors(const Buffer& payload, const DecodeLimits& limits = {},
+                                    std::map<std::string, std::string>* metadata = nullptr);
+
+// XXH3-64 over a gather list / a contiguous span.
+uint64_t Checksum(const GatherList& bytes);
+uint64_t Checksum(std::span<const uint8_t> bytes);
+
+EncodedFrame EncodeMessage(const Message& message);
+Result<Message> DecodeMessage(const Buffer& frame, const DecodeLimits& limits = {});
+
+// The fixed prefix, parsed. Lets a streaming receiver learn the frame size
+// from the first 40 bytes and preallocate once.
+struct FramePrefix {
+  uint16_t version = 0;
+  uint16_t flags = 0;
+  uint64_t header_len = 0;
+  uint64_t payload_len = 0;
+  uint64_t payload_checksum = 0;
+  uint64_t header_checksum = 0;  // XXH3-64 of the header JSON
+  uint64_t payload_offset() const;
+  uint64_t frame_size() const { return payload_offset() + payload_len; }
+};
+Result<FramePrefix> ParseFramePrefix(std::span<const uint8_t> bytes,
+                                     const DecodeLimits& limits = {});
+
+// Is this a frame (magic match) rather than a bare safetensors file?
+bool LooksLikeFrame(std::span<const uint8_t> bytes);
+
+}  // namespace xsilo

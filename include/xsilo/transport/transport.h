@@ -1,0 +1,146 @@
+// Transport: the control plane. Moves Messages between ranked peers.
+//
+// Contract every backend keeps (and the conformance suite checks):
+//  - Rank 0 is the server; ranks 1..world_size-1 are clients.
+//  - Messages from one sender to one receiver arrive in send order.
+//  - SendAsync/BroadcastAsync never block on the network; their callback
+//    fires exactly once: OK when the message was handed to the peer, or an
+//    error (Cancelled if the transport stopped under it).
+//  - Broadcast shares the Message's tensor Buffers among all receivers; no
+//    backend copies the payload once per receiver.
+//  - Received messages go to the handler if one is set, otherwise into a
+//    bounded queue read by Receive(timeout). A full queue pushes back on the
+//    sender instead of growing without bound.
+//  - Stop() is idempotent, fails pending sends, wakes blocked receivers and
+//    returns only when no transport thread will touch user callbacks again.
+//  - Every blocking call takes a timeout.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "xsilo/core/message.h"
+#include "xsilo/core/status.h"
+
+namespace xsilo {
+
+using Duration = std::chrono::milliseconds;
+
+struct TransportOptions {
+  // This party's rank. Rank 0 is the server.
+  int32_t rank = 0;
+  // Number of parties, server included. Default 1 (a lone server).
+  int32_t world_size = 1;
+  // Where the server listens and clients dial: "host:port" for network
+  // backends, a fabric name for inproc. Default empty (backend-chosen).
+  std::string address;
+  // Capacity of the receive queue, in messages. Default 64.
+  size_t receive_queue_capacity = 64;
+  // Largest incoming message accepted, in bytes. Default 1 TiB.
+  uint64_t max_message_bytes = 1ull << 40;
+  // How long Start() and a send to a not-yet-connected peer wait for the
+  // peer. Default 60 s.
+  Duration connect_timeout = std::chrono::seconds(60);
+  // Backend-specific settings as key=value strings; each backend documents
+  // its keys (e.g. grpc "streams", "chunk_bytes"). Unknown keys are rejected.
+  std::map<std::string, std::string> backend;
+};
+
+using SendCallback = std::function<void(const Status&)>;
+using MessageHandler = std::function<void(Message)>;
+
+// A bounded, closable queue of received Messages with an optional handler.
+// Backends push; users pop. Thread-safe.
+class Inbox {
+ public:
+  explicit Inbox(size_t capacity) : capacity_(capacity == 0 ? 1 : capacity) {}
+
+  // With a handler set, Push hands messages to it (on the pushing thread)
+  // instead of queueing; messages already queued are handed over first.
+  void SetHandler(MessageHandler handler);
+  // Blocks while the queue is full. Cancelled once closed, or once
+  // `abandon` (polled while blocked) returns true.
+  Status Push(Message message, const std::function<bool()>& abandon = {});
+  // Timeout if nothing arrives in time; Cancelled once closed and drained.
+  Result<Message> Pop(Duration timeout);
+  // Wakes every waiter; later pushes fail. Queued messages stay poppable.
+  void Close();
+  size_t size() const;
+
+ private:
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  std::condition_variable not_empty_, not_full_;
+  std::deque<Message> queue_;
+  MessageHandler handler_;
+  bool closed_ = false;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  virtual std::string_view name() const = 0;
+  int32_t rank() const { return options_.rank; }
+  int32_t world_size() const { return options_.world_size; }
+  const TransportOptions& options() const { return options_; }
+
+  // Connects / listens. Blocks at most options().connect_timeout.
+  virtual Status Start() = 0;
+  // Idempotent. Fails pending sends with Cancelled and closes the inbox.
+  virtual void Stop() = 0;
+
+  // Sends `message` to `peer`; message.sender is set to rank().
+  virtual void SendAsync(int32_t peer, Message message, SendCallback done) = 0;
+  // Sends one Message to every peer, sharing its payload. `done` fires once
+  // after all peers completed, with the first error if any. The default
+  // implementation issues one SendAsync per peer with shared Buffers.
+  virtual void BroadcastAsync(std::vector<int32_t> peers, Message message, SendCallback done);
+
+  // Blocking forms. On Timeout the send may still complete later.
+  Status Send(int32_t peer, Message message, Duration timeout);
+  Status Broadcast(std::vector<int32_t> peers, Message message, Duration timeout);
+
+  // Next received message, in arrival order.
+  Result<Message> Receive(Duration timeout) { return inbox_.Pop(timeout); }
+  // Routes received messages to `handler` (on a transport thread; keep it short).
+  void SetHandler(MessageHandler handler) { inbox_.SetHandler(std::move(handler)); }
+
+ protected:
+  explicit Transport(TransportOptions options)
+      : options_(std::move(options)), inbox_(options_.receive_queue_capacity) {}
+
+  // For backends: validates a destination rank.
+  Status CheckPeer(int32_t peer) const;
+  // For backends: hands a received message to the user.
+  Status Deliver(Message message, const std::function<bool()>& abandon = {}) {
+    return inbox_.Push(std::move(message), abandon);
+  }
+  void CloseInbox() { inbox_.Close(); }
+
+  TransportOptions options_;
+
+ private:
+  Inbox inbox_;
+};
+
+// Reads backend option `key` from options.backend, with a default.
+Result<int64_t> BackendInt(const TransportOptions& options, const std::string& key,
+                           int64_t fallback);
+std::string BackendString(const TransportOptions& options, const std::string& key,
+                          std::string fallback);
+// InvalidArgument naming the first key of options.backend not in `known`.
+Status CheckBackendKeys(const TransportOptions& options, const std::vector<std::string>& known);
+
+}  // namespace xsilo

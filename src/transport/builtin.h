@@ -1,0 +1,12 @@
+// Private: the factories of the backends compiled into this build.
+#pragma once
+
+#include "xsilo/transport/registry.h"
+
+namespace xsilo {
+
+void RegisterBuiltinTransports(TransportRegistry& registry);
+
+TransportFactory InprocTransportFactory();
+
+}  // namespace xsilo

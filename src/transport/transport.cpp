@@ -1,0 +1,188 @@
+#include "xsilo/transport/transport.h"
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+
+namespace xsilo {
+
+void Inbox::SetHandler(MessageHandler handler) {
+  std::deque<Message> backlog;
+  MessageHandler h;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    handler_ = std::move(handler);
+    if (!handler_) return;
+    backlog.swap(queue_);
+    h = handler_;
+  }
+  not_full_.notify_all();
+  for (auto& m : backlog) h(std::move(m));
+}
+
+Status Inbox::Push(Message message, const std::function<bool()>& abandon) {
+  MessageHandler h;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto ready = [&] { return closed_ || handler_ || queue_.size() < capacity_; };
+    if (abandon) {
+      // The sender may stop while we wait; poll its flag in short slices.
+      while (!not_full_.wait_for(lock, std::chrono::milliseconds(20), ready)) {
+        if (abandon()) return Cancelled("sender stopped while the receiver's queue was full");
+      }
+    } else {
+      not_full_.wait(lock, ready);
+    }
+    if (closed_) return Cancelled("receiver stopped");
+    if (!handler_) {
+      queue_.push_back(std::move(message));
+      not_empty_.notify_one();
+      return Status::OK();
+    }
+    h = handler_;
+  }
+  h(std::move(message));
+  return Status::OK();
+}
+
+Result<Message> Inbox::Pop(Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!not_empty_.wait_for(lock, timeout, [&] { return closed_ || !queue_.empty(); })) {
+    return Timeout("no message within " + std::to_string(timeout.count()) + " ms");
+  }
+  if (queue_.empty()) return Cancelled("transport stopped");
+  Message m = std::move(queue_.front());
+  queue_.pop_front();
+  not_full_.notify_one();
+  return m;
+}
+
+void Inbox::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+  }
+  not_empty_.notify_all();
+  not_full_.notify_all();
+}
+
+size_t Inbox::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
+Status Transport::CheckPeer(int32_t peer) const {
+  if (peer < 0 || peer >= options_.world_size) {
+    return InvalidArgument("peer " + std::to_string(peer) + " outside world of " +
+                           std::to_string(options_.world_size));
+  }
+  if (peer == options_.rank) return InvalidArgument("cannot send to self");
+  return Status::OK();
+}
+
+void Transport::BroadcastAsync(std::vector<int32_t> peers, Message message, SendCallback done) {
+  if (peers.empty()) {
+    done(Status::OK());
+    return;
+  }
+  struct Join {
+    std::mutex mu;
+    size_t remaining;
+    Status first_error;
+    SendCallback done;
+  };
+  auto join = std::make_shared<Join>();
+  join->remaining = peers.size();
+  join->done = std::move(done);
+  for (int32_t peer : peers) {
+    // Copies of a Message share their tensor Buffers: no payload bytes move.
+    SendAsync(peer, message, [join, peer](const Status& s) {
+      SendCallback finish;
+      Status result;
+      {
+        std::lock_guard<std::mutex> lock(join->mu);
+        if (!s.ok() && join->first_error.ok()) {
+          join->first_error = s.WithContext("peer " + std::to_string(peer));
+        }
+        if (--join->remaining > 0) return;
+        finish = std::move(join->done);
+        result = join->first_error;
+      }
+      finish(result);
+    });
+  }
+}
+
+namespace {
+
+// Waits for a callback-completed operation, tolerating the callback firing
+// after the waiter gave up.
+struct Waiter {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+
+  SendCallback Callback(const std::shared_ptr<Waiter>& self) {
+    return [self](const Status& s) {
+      std::lock_guard<std::mutex> lock(self->mu);
+      self->status = s;
+      self->done = true;
+      self->cv.notify_all();
+    };
+  }
+  Status Wait(Duration timeout) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, timeout, [&] { return done; })) {
+      return Timeout("send not completed within " + std::to_string(timeout.count()) + " ms");
+    }
+    return status;
+  }
+};
+
+}  // namespace
+
+Status Transport::Send(int32_t peer, Message message, Duration timeout) {
+  auto w = std::make_shared<Waiter>();
+  SendAsync(peer, std::move(message), w->Callback(w));
+  return w->Wait(timeout);
+}
+
+Status Transport::Broadcast(std::vector<int32_t> peers, Message message, Duration timeout) {
+  auto w = std::make_shared<Waiter>();
+  BroadcastAsync(std::move(peers), std::move(message), w->Callback(w));
+  return w->Wait(timeout);
+}
+
+Result<int64_t> BackendInt(const TransportOptions& options, const std::string& key,
+                           int64_t fallback) {
+  auto it = options.backend.find(key);
+  if (it == options.backend.end()) return fallback;
+  const std::string& s = it->second;
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size()) {
+    return InvalidArgument("backend option " + key + "='" + s + "' is not an integer");
+  }
+  return v;
+}
+
+std::string BackendString(const TransportOptions& options, const std::string& key,
+                          std::string fallback) {
+  auto it = options.backend.find(key);
+  return it == options.backend.end() ? std::move(fallback) : it->second;
+}
+
+Status CheckBackendKeys(const TransportOptions& options, const std::vector<std::string>& known) {
+  for (const auto& [k, v] : options.backend) {
+    if (std::find(known.begin(), known.end(), k) == known.end()) {
+      std::string list;
+      for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+      return InvalidArgument("unknown backend option '" + k +
+                             "' (known: " + (list.empty() ? "none" : list) + ")");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace xsilo

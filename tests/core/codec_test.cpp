@@ -1,0 +1,237 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "xsilo/core/codec.h"
+
+namespace xsilo {
+namespace {
+
+Tensor Iota(DType dtype, std::vector<int64_t> shape) {
+  Tensor t = *Tensor::Zeros(dtype, std::move(shape));
+  for (uint64_t i = 0; i < t.nbytes(); ++i) t.data.mutable_data()[i] = static_cast<uint8_t>(i * 7);
+  return t;
+}
+
+Message Sample() {
+  Message m;
+  m.type = "model";
+  m.round = 3;
+  m.sender = 0;
+  m.receivers = {1, 2};
+  m.params["lr"] = 0.01;
+  m.params["name"] = std::string("mlp");
+  m.params["blob"] = Bytes{9, 8, 7};
+  m.tensors.emplace("a.bias", Iota(DType::kI8, {3}));
+  m.tensors.emplace("a.weight", Iota(DType::kF32, {4, 5}));
+  m.tensors.emplace("b.weight", Iota(DType::kF64, {2, 2}));
+  m.tensors.emplace("flags", Iota(DType::kBool, {0}));
+  return m;
+}
+
+Buffer Encode(const Message& m) { return *EncodeMessage(m).bytes.Flatten(); }
+
+TEST(Codec, RoundTripIsZeroCopy) {
+  Message m = Sample();
+  EncodedFrame frame = EncodeMessage(m);
+  // The tensors' own buffers are in the gather list, not copies.
+  bool found = false;
+  for (const Buffer& seg : frame.bytes.segments)
+    found |= seg.data() == m.tensors.at("a.weight").data.data();
+  EXPECT_TRUE(found);
+  Buffer flat = *frame.bytes.Flatten();
+  auto d = DecodeMessage(flat);
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->type, "model");
+  EXPECT_EQ(d->round, 3);
+  EXPECT_EQ(d->receivers, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(*d->GetDouble("lr"), 0.01);
+  EXPECT_EQ(*d->GetBytes("blob"), (Bytes{9, 8, 7}));
+  ASSERT_EQ(d->tensors.size(), 4u);
+  for (const auto& [name, t] : m.tensors) {
+    const Tensor& got = d->tensors.at(name);
+    EXPECT_EQ(got.dtype, t.dtype) << name;
+    EXPECT_EQ(got.shape, t.shape) << name;
+    ASSERT_EQ(got.nbytes(), t.nbytes()) << name;
+    EXPECT_EQ(0, std::memcmp(got.data.data(), t.data.data(), t.nbytes())) << name;
+    if (got.nbytes() > 0) {
+      EXPECT_TRUE(got.data.SharesStorageWith(flat)) << name << " was copied on decode";
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(got.data.data()) % DTypeSize(got.dtype), 0u);
+    }
+  }
+}
+
+TEST(Codec, PayloadIsASafetensorsFile) {
+  Message m = Sample();
+  EncodedFrame frame = EncodeMessage(m);
+  Buffer flat = *frame.bytes.Flatten();
+  Buffer payload = flat.SliceUnchecked(frame.payload_offset, flat.size() - frame.payload_offset);
+  uint64_t n = 0;
+  std::memcpy(&n, payload.data(), 8);
+  EXPECT_EQ((8 + n) % 64, 0u) << "data region aligned to 64";
+  auto h = nlohmann::json::parse(payload.data() + 8, payload.data() + 8 + n);
+  EXPECT_EQ(h["a.weight"]["dtype"], "F32");
+  EXPECT_EQ(h["a.weight"]["shape"], nlohmann::json::array({4, 5}));
+  // Largest elements first: F64 at offset 0.
+  EXPECT_EQ(h["b.weight"]["data_offsets"], nlohmann::json::array({0, 32}));
+  EXPECT_EQ(frame.payload_offset % 64, 0u);
+  auto tensors = DecodeSafetensors(payload);
+  ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
+  EXPECT_EQ(tensors->size(), 4u);
+  EXPECT_EQ(Checksum(payload.span()), frame.payload_checksum);
+}
+
+TEST(Codec, EmptyMessage) {
+  Message m;
+  auto d = DecodeMessage(Encode(m));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_TRUE(d->tensors.empty());
+}
+
+TEST(Codec, NonFiniteDoublesSurvive) {
+  Message m;
+  m.params["inf"] = HUGE_VAL;
+  m.params["nan"] = std::nan("");
+  auto d = DecodeMessage(Encode(m));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_TRUE(std::isinf(*d->GetDouble("inf")));
+  EXPECT_TRUE(std::isnan(*d->GetDouble("nan")));
+}
+
+TEST(Codec, PrefixAnnouncesFrameSize) {
+  Buffer flat = Encode(Sample());
+  auto p = ParseFramePrefix(flat.span());
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->frame_size(), flat.size());
+  DecodeLimits tight;
+  tight.max_payload_bytes = 16;
+  EXPECT_EQ(ParseFramePrefix(flat.span(), tight).status().code(), StatusCode::kResourceExhausted);
+}
+
+// ---- every decode failure is a clear Status ----
+
+void ExpectCorrupt(const Buffer& b, const std::string& needle) {
+  auto d = DecodeMessage(b);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kCorrupt) << d.status().ToString();
+  EXPECT_NE(d.status().message().find(needle), std::string::npos) << d.status().ToString();
+}
+
+TEST(CodecErrors, TruncatedFrame) {
+  Buffer flat = Encode(Sample());
+  ExpectCorrupt(flat.SliceUnchecked(0, 10), "truncated");
+  ExpectCorrupt(flat.SliceUnchecked(0, flat.size() - 1), "size mismatch");
+}
+
+TEST(CodecErrors, BadMagicAndVersion) {
+  Buffer flat = Encode(Sample());
+  Buffer copy = Buffer::CopyFrom(flat.data(), flat.size());
+  copy.mutable_data()[0] ^= 0xff;
+  ExpectCorrupt(copy, "magic");
+  copy = Buffer::CopyFrom(flat.data(), flat.size());
+  copy.mutable_data()[4] = 9;
+  ExpectCorrupt(copy, "version");
+}
+
+TEST(CodecErrors, HeaderLengthBeyondInput) {
+  Buffer copy = Encode(Sample());
+  uint64_t huge = uint64_t{1} << 40;
+  std::memcpy(copy.mutable_data() + 8, &huge, 8);
+  auto d = DecodeMessage(copy);
+  EXPECT_EQ(d.status().code(), StatusCode::kCorrupt);
+}
+
+TEST(CodecErrors, ChecksumMismatch) {
+  Message m = Sample();
+  EncodedFrame f = EncodeMessage(m);
+  Buffer copy = *f.bytes.Flatten();
+  copy.mutable_data()[copy.size() - 1] ^= 1;
+  ExpectCorrupt(copy, "checksum");
+  DecodeLimits no_verify;
+  no_verify.verify_checksum = false;
+  EXPECT_TRUE(DecodeMessage(copy, no_verify).ok());
+}
+
+// Builds a safetensors payload from a raw header string and data size.
+Buffer RawPayload(const std::string& header, uint64_t data_bytes) {
+  Buffer b = *Buffer::AllocateZeroed(8 + header.size() + data_bytes);
+  uint64_t n = header.size();
+  std::memcpy(b.mutable_data(), &n, 8);
+  std::memcpy(b.mutable_data() + 8, header.data(), header.size());
+  return b;
+}
+
+void ExpectPayloadCorrupt(const std::string& header, uint64_t data_bytes,
+                          const std::string& needle) {
+  auto t = DecodeSafetensors(RawPayload(header, data_bytes));
+  ASSERT_FALSE(t.ok()) << header;
+  EXPECT_EQ(t.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(t.status().message().find(needle), std::string::npos) << t.status().ToString();
+}
+
+TEST(CodecErrors, SafetensorsValidation) {
+  ExpectPayloadCorrupt("{not json", 0, "JSON");
+  ExpectPayloadCorrupt("[1,2]", 0, "JSON object");
+  ExpectPayloadCorrupt(R"({"x":{"dtype":"F7","shape":[1],"data_offsets":[0,4]}})", 4, "dtype");
+  ExpectPayloadCorrupt(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4, "disagree");
+  ExpectPayloadCorrupt(R"({"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4, "negative");
+  ExpectPayloadCorrupt(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,8]}})", 4, "outside");
+  ExpectPayloadCorrupt(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", 4, "outside");
+  ExpectPayloadCorrupt(
+      R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"y":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})",
+      8, "overlaps");
+  ExpectPayloadCorrupt(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8, "hole");
+  ExpectPayloadCorrupt(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 6, "trailing");
+  ExpectPayloadCorrupt(R"({"x":{"dtype":"F32","shape":[1]}})", 4, "data_offsets");
+  ExpectPayloadCorrupt(R"({"__metadata__":{"k":1}})", 0, "__metadata__");
+  // Shape product overflowing 64 bits must not wrap into a valid size.
+  ExpectPayloadCorrupt(
+      R"({"x":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", 0,
+      "disagree");
+}
+
+TEST(CodecErrors, SafetensorsHeaderLengthChecks) {
+  Buffer tiny = *Buffer::AllocateZeroed(4);
+  EXPECT_EQ(DecodeSafetensors(tiny).status().code(), StatusCode::kCorrupt);
+  Buffer b = RawPayload("{}", 0);
+  uint64_t n = 1000;
+  std::memcpy(b.mutable_data(), &n, 8);
+  EXPECT_NE(DecodeSafetensors(b).status().message().find("runs past"), std::string::npos);
+  DecodeLimits limits;
+  limits.max_header_bytes = 1;
+  EXPECT_NE(DecodeSafetensors(RawPayload("{}", 0), limits).status().message().find("limit"),
+            std::string::npos);
+}
+
+TEST(CodecErrors, MalformedMessageHeader) {
+  // Re-encode a frame with a hand-written header and matching checksums.
+  auto build = [](const std::string& header) {
+    Message empty;
+    EncodedFrame f = EncodeMessage(empty);
+    Buffer orig = *f.bytes.Flatten();
+    Buffer payload = orig.SliceUnchecked(f.payload_offset, orig.size() - f.payload_offset);
+    uint64_t off = (kFramePrefixSize + header.size() + 63) / 64 * 64;
+    Buffer b = *Buffer::AllocateZeroed(off + payload.size());
+    std::memcpy(b.mutable_data(), orig.data(), kFramePrefixSize);
+    uint64_t hl = header.size();
+    std::memcpy(b.mutable_data() + 8, &hl, 8);
+    uint64_t hc = Checksum({reinterpret_cast<const uint8_t*>(header.data()), header.size()});
+    std::memcpy(b.mutable_data() + 32, &hc, 8);
+    std::memcpy(b.mutable_data() + kFramePrefixSize, header.data(), header.size());
+    std::memcpy(b.mutable_data() + off, payload.data(), payload.size());
+    return b;
+  };
+  ExpectCorrupt(build("nope"), "JSON");
+  ExpectCorrupt(build(R"({"type":1,"round":0,"sender":0,"receivers":[],"params":{}})"), "type");
+  ExpectCorrupt(build(R"({"type":"x","round":0,"sender":0,"receivers":[],"params":{"p":{"q":1}}})"),
+                "parameter 'p'");
+  ExpectCorrupt(build(R"({"type":"x","round":0,"sender":99999999999,"receivers":[],"params":{}})"),
+                "sender");
+  ASSERT_TRUE(
+      DecodeMessage(build(R"({"type":"x","round":1,"sender":0,"receivers":[2],"params":{}})"))
+          .ok());
+}
+
+}  // namespace
+}  // namespace xsilo

@@ -1,0 +1,86 @@
+#include "transport/test_util.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "xsilo/core/codec.h"
+
+namespace xsilo::testing {
+
+namespace {
+uint64_t StatusField(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  size_t klen = std::strlen(key);
+  while (std::getline(in, line)) {
+    if (line.compare(0, klen, key) == 0 && line.size() > klen && line[klen] == ':') {
+      return std::stoull(line.substr(klen + 1)) * 1024;
+    }
+  }
+  return 0;
+}
+}  // namespace
+
+uint64_t CurrentRss() { return StatusField("VmRSS"); }
+uint64_t PeakRss() { return StatusField("VmHWM"); }
+
+bool ResetPeakRss() {
+  std::ofstream out("/proc/self/clear_refs");
+  if (!out) return false;
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+int FreeTcpPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+Tensor PatternTensor(uint64_t bytes, uint64_t seed) {
+  Buffer b = std::move(Buffer::Allocate(bytes)).value();
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  uint8_t* p = b.mutable_data();
+  uint64_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    std::memcpy(p + i, &x, 8);
+  }
+  for (; i < bytes; ++i) p[i] = static_cast<uint8_t>(seed + i);
+  return std::move(Tensor::Make(DType::kU8, {static_cast<int64_t>(bytes)}, std::move(b))).value();
+}
+
+Message PatternMessage(uint64_t bytes, uint64_t seed, int64_t round) {
+  Message m;
+  m.type = "pattern";
+  m.round = round;
+  Tensor t = PatternTensor(bytes, seed);
+  m.params["xxh3"] = static_cast<int64_t>(Checksum(t.data.span()));
+  m.tensors.emplace("w", std::move(t));
+  return m;
+}
+
+bool PatternIntact(const Message& m) {
+  auto it = m.tensors.find("w");
+  auto sum = m.GetInt("xxh3");
+  if (it == m.tensors.end() || !sum.ok()) return false;
+  return static_cast<int64_t>(Checksum(it->second.data.span())) == *sum;
+}
+
+}  // namespace xsilo::testing

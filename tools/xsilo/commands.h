@@ -1,0 +1,14 @@
+// Each subcommand of the xsilo CLI lives in its own file and adds itself here.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace xsilo::cli {
+
+void AddVersionCommand(CLI::App& app);
+void AddInspectCommand(CLI::App& app);
+void AddRunCommand(CLI::App& app);
+
+}  // namespace xsilo::cli
