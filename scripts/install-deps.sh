@@ -9,6 +9,8 @@ PACKAGES=(
   build-essential cmake pkg-config ccache clang libclang-rt-14-dev
   # core
   nlohmann-json3-dev libxxhash-dev libcli11-dev
+  # store (redis connector; redis-server runs in the tests)
+  libhiredis-dev redis-server
   # tests
   libgtest-dev libgmock-dev
 )

@@ -1,0 +1,23 @@
+// Private: constructors of the connector types compiled into this build.
+// Each takes the options map of a ConnectorConfig.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "xsilo/store/connector.h"
+
+namespace xsilo {
+
+using ConnectorOptions = std::map<std::string, std::string>;
+
+Result<std::unique_ptr<Connector>> MakeMemoryConnector(const ConnectorOptions& options);
+Result<std::unique_ptr<Connector>> MakeFileConnector(const ConnectorOptions& options);
+Result<std::unique_ptr<Connector>> MakeRedisConnector(const ConnectorOptions& options);
+
+// InvalidArgument naming the first option not in `known`.
+Status CheckConnectorOptions(const std::string& type, const ConnectorOptions& options,
+                             std::initializer_list<const char*> known);
+
+}  // namespace xsilo

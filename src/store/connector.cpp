@@ -1,0 +1,123 @@
+#include "xsilo/store/connector.h"
+
+#include <nlohmann/json.hpp>
+#include <random>
+
+namespace xsilo {
+
+using nlohmann::json;
+
+namespace {
+
+Result<std::map<std::string, std::string>> StringMap(const json& j, const char* what) {
+  std::map<std::string, std::string> out;
+  if (!j.is_object()) return InvalidArgument(std::string(what) + " is not a JSON object");
+  for (const auto& item : j.items()) {
+    if (!item.value().is_string()) {
+      return InvalidArgument(std::string(what) + " value for '" + item.key() + "' is not a string");
+    }
+    out[item.key()] = item.value().get<std::string>();
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Key::ToJson() const {
+  json j = {{"c", connector}, {"id", id}, {"size", size}};
+  if (!attrs.empty()) j["attrs"] = attrs;
+  return j.dump();
+}
+
+Result<Key> Key::FromJson(std::string_view text) {
+  json j = json::parse(text.begin(), text.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument("key is not a JSON object");
+  auto c = j.find("c");
+  auto id = j.find("id");
+  auto size = j.find("size");
+  if (c == j.end() || !c->is_string() || id == j.end() || !id->is_string() || size == j.end() ||
+      !size->is_number_unsigned()) {
+    return InvalidArgument("key needs string 'c', string 'id' and unsigned 'size'");
+  }
+  Key k;
+  k.connector = c->get<std::string>();
+  k.id = id->get<std::string>();
+  k.size = size->get<uint64_t>();
+  if (auto a = j.find("attrs"); a != j.end()) {
+    XSILO_ASSIGN_OR_RETURN(k.attrs, StringMap(*a, "key attrs"));
+  }
+  return k;
+}
+
+std::string ConnectorConfig::ToJson() const {
+  return json{{"type", type}, {"options", options}}.dump();
+}
+
+Result<ConnectorConfig> ConnectorConfig::FromJson(std::string_view text) {
+  json j = json::parse(text.begin(), text.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return InvalidArgument("connector config is not a JSON object");
+  auto t = j.find("type");
+  if (t == j.end() || !t->is_string())
+    return InvalidArgument("connector config needs a string 'type'");
+  ConnectorConfig c;
+  c.type = t->get<std::string>();
+  if (auto o = j.find("options"); o != j.end()) {
+    XSILO_ASSIGN_OR_RETURN(c.options, StringMap(*o, "connector options"));
+  }
+  return c;
+}
+
+Result<Key> Connector::Put(const Buffer& bytes) {
+  GatherList g;
+  g.Append(bytes);
+  return Put(g);
+}
+
+Result<std::vector<Key>> Connector::PutBatch(const std::vector<Buffer>& objects) {
+  std::vector<Key> keys;
+  keys.reserve(objects.size());
+  for (const Buffer& b : objects) {
+    auto k = Put(b);
+    if (!k.ok()) {
+      (void)EvictBatch(keys);  // all or nothing
+      return k.status();
+    }
+    keys.push_back(std::move(k).value());
+  }
+  return keys;
+}
+
+Result<std::vector<std::optional<Buffer>>> Connector::GetBatch(const std::vector<Key>& keys) {
+  std::vector<std::optional<Buffer>> out;
+  out.reserve(keys.size());
+  for (const Key& k : keys) {
+    XSILO_ASSIGN_OR_RETURN(auto b, Get(k));
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+Status Connector::EvictBatch(const std::vector<Key>& keys) {
+  Status first;
+  for (const Key& k : keys) {
+    Status s = Evict(k);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
+}
+
+std::string RandomObjectId() {
+  thread_local std::mt19937_64 rng{std::random_device{}() ^
+                                   (static_cast<uint64_t>(std::random_device{}()) << 32)};
+  static const char* hex = "0123456789abcdef";
+  std::string id(32, '0');
+  uint64_t a = rng(), b = rng();
+  for (int i = 0; i < 16; ++i) {
+    id[i] = hex[(a >> (4 * i)) & 15];
+    id[16 + i] = hex[(b >> (4 * i)) & 15];
+  }
+  return id;
+}
+
+}  // namespace xsilo

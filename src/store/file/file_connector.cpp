@@ -1,0 +1,137 @@
+// file: one file per object in a shared directory. Writes go to a hidden
+// temporary file that is renamed into place, so a reader never sees a
+// partial object. Reads memory-map the file (no copy).
+//
+// Options: dir (required; created if missing), fsync (0|1, default 0: fsync
+// each object before the rename, for durability across power loss).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "store/builtin.h"
+
+namespace xsilo {
+
+namespace {
+
+Status Errno(const std::string& what, int e) {
+  std::string msg = what + ": " + std::strerror(e);
+  if (e == ENOENT) return NotFound(msg);
+  if (e == EACCES || e == EPERM) return PermissionDenied(msg);
+  if (e == ENOSPC || e == EDQUOT) return ResourceExhausted(msg);
+  return Internal(msg);
+}
+
+bool ValidId(const std::string& id) {
+  if (id.empty() || id.size() > 200 || id[0] == '.') return false;
+  for (char c : id) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
+  }
+  return true;
+}
+
+class FileConnector final : public Connector {
+ public:
+  FileConnector(std::string dir, bool fsync) : dir_(std::move(dir)), fsync_(fsync) {}
+
+  std::string_view type() const override { return "file"; }
+  ConnectorConfig config() const override {
+    return {"file", {{"dir", dir_}, {"fsync", fsync_ ? "1" : "0"}}};
+  }
+
+  Result<Key> Put(const GatherList& bytes) override {
+    Key key{"file", RandomObjectId(), bytes.size, {}};
+    XSILO_RETURN_IF_ERROR(Write(key.id, bytes));
+    return key;
+  }
+
+  Result<std::optional<Buffer>> Get(const Key& key) override {
+    XSILO_ASSIGN_OR_RETURN(std::string path, PathOf(key));
+    auto b = Buffer::MapFile(path);
+    if (!b.ok()) {
+      if (b.status().code() == StatusCode::kNotFound) return std::optional<Buffer>();
+      return b.status();
+    }
+    return std::optional<Buffer>(std::move(b).value());
+  }
+
+  Result<bool> Exists(const Key& key) override {
+    XSILO_ASSIGN_OR_RETURN(std::string path, PathOf(key));
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0) return true;
+    if (errno == ENOENT) return false;
+    return Errno("stat " + path, errno);
+  }
+
+  Status Evict(const Key& key) override {
+    XSILO_ASSIGN_OR_RETURN(std::string path, PathOf(key));
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Errno("unlink " + path, errno);
+    return Status::OK();
+  }
+
+  Result<Key> NewKey() override { return Key{"file", RandomObjectId(), 0, {}}; }
+
+  Status Set(const Key& key, const GatherList& bytes) override {
+    XSILO_RETURN_IF_ERROR(PathOf(key).status());
+    return Write(key.id, bytes);
+  }
+
+ private:
+  Result<std::string> PathOf(const Key& key) const {
+    if (key.connector != "file") {
+      return InvalidArgument("key of connector '" + key.connector + "' given to a file connector");
+    }
+    if (!ValidId(key.id)) return InvalidArgument("invalid object id '" + key.id + "'");
+    return dir_ + "/" + key.id;
+  }
+
+  Status Write(const std::string& id, const GatherList& bytes) {
+    std::string final_path = dir_ + "/" + id;
+    std::string tmp = dir_ + "/.tmp-" + id + "-" + RandomObjectId().substr(0, 8);
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return Errno("create " + tmp, errno);
+    Status st;
+    for (const Buffer& seg : bytes.segments) {
+      uint64_t done = 0;
+      while (done < seg.size() && st.ok()) {
+        ssize_t n = ::write(fd, seg.data() + done, std::min<uint64_t>(seg.size() - done, 1 << 30));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0)
+          st = Errno("write " + tmp, errno);
+        else
+          done += static_cast<uint64_t>(n);
+      }
+    }
+    if (st.ok() && fsync_ && ::fsync(fd) != 0) st = Errno("fsync " + tmp, errno);
+    if (::close(fd) != 0 && st.ok()) st = Errno("close " + tmp, errno);
+    if (st.ok() && ::rename(tmp.c_str(), final_path.c_str()) != 0)
+      st = Errno("rename " + tmp, errno);
+    if (!st.ok()) ::unlink(tmp.c_str());
+    return st;
+  }
+
+  const std::string dir_;
+  const bool fsync_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Connector>> MakeFileConnector(const ConnectorOptions& options) {
+  XSILO_RETURN_IF_ERROR(CheckConnectorOptions("file", options, {"dir", "fsync"}));
+  auto it = options.find("dir");
+  if (it == options.end() || it->second.empty()) {
+    return InvalidArgument("file connector needs option 'dir'");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(it->second, ec);
+  if (ec) return Errno("create directory " + it->second, ec.value());
+  auto f = options.find("fsync");
+  bool fsync = f != options.end() && f->second == "1";
+  return std::unique_ptr<Connector>(std::make_unique<FileConnector>(it->second, fsync));
+}
+
+}  // namespace xsilo

@@ -1,0 +1,50 @@
+#include <algorithm>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "store/builtin.h"
+
+namespace xsilo {
+
+namespace {
+
+using Factory = std::function<Result<std::unique_ptr<Connector>>(const ConnectorOptions&)>;
+
+const std::vector<std::pair<std::string, Factory>>& Factories() {
+  static const std::vector<std::pair<std::string, Factory>> factories = {
+      {"memory", MakeMemoryConnector},
+      {"file", MakeFileConnector},
+      {"redis", MakeRedisConnector},
+  };
+  return factories;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Connector>> MakeConnector(const ConnectorConfig& config) {
+  for (const auto& [type, factory] : Factories()) {
+    if (type == config.type) return factory(config.options);
+  }
+  std::string known;
+  for (const auto& [type, f] : Factories()) known += (known.empty() ? "" : ", ") + type;
+  return NotFound("no connector type '" + config.type + "' (available: " + known + ")");
+}
+
+std::vector<std::string> ConnectorTypes() {
+  std::vector<std::string> types;
+  for (const auto& [type, f] : Factories()) types.push_back(type);
+  return types;
+}
+
+Status CheckConnectorOptions(const std::string& type, const ConnectorOptions& options,
+                             std::initializer_list<const char*> known) {
+  for (const auto& [k, v] : options) {
+    if (std::none_of(known.begin(), known.end(), [&](const char* n) { return k == n; })) {
+      return InvalidArgument("unknown option '" + k + "' for connector '" + type + "'");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace xsilo
