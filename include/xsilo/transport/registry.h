@@ -21,6 +21,11 @@ struct TransportFactory {
   std::function<Result<std::unique_ptr<Transport>>(const TransportOptions&)> create;
 };
 
+// Builds a composite backend "<transport>+<connector>" (pass by proxy). A
+// higher layer (src/hybrid) installs it; the transport layer only routes.
+using CompositeFactory = std::function<Result<std::unique_ptr<Transport>>(
+    const std::string& transport, const std::string& connector, const TransportOptions& options)>;
+
 class TransportRegistry {
  public:
   // The process-wide registry, with every built-in backend registered.
@@ -31,12 +36,22 @@ class TransportRegistry {
   Result<std::unique_ptr<Transport>> Create(const std::string& name,
                                             const TransportOptions& options) const;
   Status Viable(const std::string& name) const;
+  // Base names, then "<base>+<connector>" for every connector type of the
+  // installed composite factory.
   std::vector<std::string> Names() const;
   std::string Description(const std::string& name) const;
 
+  void SetCompositeFactory(CompositeFactory factory, std::vector<std::string> connector_types);
+
  private:
+  const TransportFactory* Find(const std::string& name) const;  // caller holds mu_
+  // Splits "grpc+s3" into a registered base transport and a connector type.
+  bool SplitComposite(const std::string& name, std::string* base, std::string* connector) const;
+
   mutable std::mutex mu_;
   std::vector<TransportFactory> factories_;
+  CompositeFactory composite_;
+  std::vector<std::string> connector_types_;
 };
 
 }  // namespace xsilo

@@ -1,0 +1,54 @@
+// Hybrid backends: any transport plus any connector ("pass by proxy").
+//
+// Tensors at or above a size threshold are written once to the connector as
+// one safetensors object; the Message that crosses the control plane
+// carries its Key instead. Receivers fetch the object, verify its checksum,
+// and see the original Message (metadata and tensors together). A payload
+// sent again, or broadcast, is uploaded once (content hash -> key). Objects
+// are evicted when every intended receiver has confirmed, or after a TTL.
+//
+// Registered as "<transport>+<connector>" (grpc+s3, inproc+file, ...). In
+// TransportOptions::backend, keys starting with "store." configure the
+// connector (store.dir, store.port, ...; see each connector); the keys below
+// configure the hybrid layer; every other key goes to the inner transport.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "xsilo/store/connector.h"
+#include "xsilo/transport/transport.h"
+
+namespace xsilo {
+
+struct HybridOptions {
+  // Backend key "threshold": bytes, or "always" / "never". A tensor of at
+  // least this many bytes travels through the connector. Default 10 MiB,
+  // the paper's guideline.
+  uint64_t threshold_bytes = 10ull << 20;
+  // Backend key "ttl_ms": an object not confirmed by all its receivers is
+  // evicted this long after its upload. Default 10 minutes.
+  std::chrono::milliseconds ttl = std::chrono::minutes(10);
+  // Backend key "workers": threads that prepare and upload sends. Default 2.
+  int workers = 2;
+};
+
+// Wraps `inner` (not yet started) and `connector`.
+std::unique_ptr<Transport> MakeHybridTransport(const TransportOptions& options,
+                                               std::unique_ptr<Transport> inner,
+                                               std::shared_ptr<Connector> connector,
+                                               HybridOptions hybrid);
+
+// Installs the "<transport>+<connector>" composite factory in the global
+// transport registry. Called automatically when the hybrid library is
+// linked; calling it again is harmless.
+void RegisterHybridTransports();
+
+// Parameter names a hybrid stub carries (documented in docs/hybrid.md).
+inline constexpr const char* kHybridKeyParam = "xsilo.hybrid.key";
+inline constexpr const char* kHybridChecksumParam = "xsilo.hybrid.xxh3";
+inline constexpr const char* kHybridAckType = "xsilo.hybrid.ack";
+
+}  // namespace xsilo

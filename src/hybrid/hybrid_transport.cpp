@@ -1,0 +1,349 @@
+// Threads of a HybridTransport:
+//  - `workers` send workers: offload big tensors (encode, hash, upload once)
+//    and hand the stub to the inner transport, in submission order;
+//  - one fetch thread: reads stubs and acks from the inner transport's queue,
+//    pulls each object, verifies it, delivers the whole Message, acknowledges;
+//  - one reaper: evicts objects past their TTL.
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "xsilo/core/codec.h"
+#include "xsilo/hybrid/hybrid.h"
+
+namespace xsilo {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct SendJob {
+  uint64_t seq;
+  std::vector<int32_t> peers;
+  bool broadcast;
+  Message message;
+  SendCallback done;
+};
+
+// One uploaded object, shared by every send of the same content.
+struct Object {
+  Key key;
+  std::shared_future<Status> uploaded;
+  int64_t pending_acks = 0;
+  Clock::time_point last_use;
+};
+
+class HybridTransport final : public Transport {
+ public:
+  HybridTransport(const TransportOptions& options, std::unique_ptr<Transport> inner,
+                  std::shared_ptr<Connector> connector, HybridOptions hybrid)
+      : Transport(options),
+        inner_(std::move(inner)),
+        connector_(std::move(connector)),
+        hybrid_(hybrid),
+        name_(std::string(inner_->name()) + "+" + std::string(connector_->type())) {}
+
+  ~HybridTransport() override { Stop(); }
+
+  std::string_view name() const override { return name_; }
+
+  Status Start() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (started_) return FailedPrecondition(name_ + " already started");
+      started_ = true;
+    }
+    for (int i = 0; i < std::max(1, hybrid_.workers); ++i) {
+      workers_.emplace_back([this] { SendLoop(); });
+    }
+    fetcher_ = std::thread([this] { FetchLoop(); });
+    reaper_ = std::thread([this] { ReapLoop(); });
+    return inner_->Start();
+  }
+
+  void Stop() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopped_) return;
+      stopped_ = true;
+    }
+    cv_.notify_all();
+    CloseInbox();  // wakes a fetch blocked on a full queue
+    for (auto& t : workers_) t.join();
+    inner_->Stop();  // fails the inner sends still in flight; no handler calls after this
+    if (fetcher_.joinable()) fetcher_.join();
+    if (reaper_.joinable()) reaper_.join();
+    std::deque<SendJob> jobs;
+    std::map<std::string, std::shared_ptr<Object>> objects;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      jobs.swap(jobs_);
+      objects.swap(objects_by_id_);
+      objects_by_content_.clear();
+    }
+    for (auto& j : jobs) j.done(Cancelled("transport stopped before the send started"));
+    // Objects are ours: nothing outlives the sender's transport.
+    for (auto& [id, obj] : objects) {
+      if (obj->uploaded.valid() &&
+          obj->uploaded.wait_for(std::chrono::seconds(0)) == std::future_status::ready &&
+          obj->uploaded.get().ok()) {
+        (void)connector_->Evict(obj->key);
+      }
+    }
+  }
+
+  void SendAsync(int32_t peer, Message message, SendCallback done) override {
+    Status s = CheckPeer(peer);
+    if (!s.ok()) return done(s);
+    Enqueue({peer}, false, std::move(message), std::move(done));
+  }
+
+  void BroadcastAsync(std::vector<int32_t> peers, Message message, SendCallback done) override {
+    for (int32_t p : peers) {
+      Status s = CheckPeer(p);
+      if (!s.ok()) return done(s);
+    }
+    if (peers.empty()) return done(Status::OK());
+    Enqueue(std::move(peers), true, std::move(message), std::move(done));
+  }
+
+ private:
+  void Enqueue(std::vector<int32_t> peers, bool broadcast, Message message, SendCallback done) {
+    Status s;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!started_)
+        s = FailedPrecondition("transport not started");
+      else if (stopped_)
+        s = Cancelled("transport stopped");
+      else
+        jobs_.push_back(
+            {next_seq_++, std::move(peers), broadcast, std::move(message), std::move(done)});
+    }
+    if (!s.ok()) return done(s);
+    cv_.notify_all();
+  }
+
+  void SendLoop() {
+    for (;;) {
+      SendJob job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopped_ || !jobs_.empty(); });
+        if (stopped_) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      Result<Message> stub = Offload(std::move(job.message), job.peers.size());
+      // Hand stubs to the inner transport in submission order, so per-peer
+      // order holds although uploads run in parallel.
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopped_ || next_issue_ == job.seq; });
+        if (stopped_) {
+          lock.unlock();
+          job.done(Cancelled("transport stopped during the upload"));
+          return;
+        }
+      }
+      if (!stub.ok()) {
+        job.done(stub.status());
+      } else if (job.broadcast) {
+        inner_->BroadcastAsync(job.peers, std::move(stub).value(), std::move(job.done));
+      } else {
+        inner_->SendAsync(job.peers[0], std::move(stub).value(), std::move(job.done));
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++next_issue_;
+      }
+      cv_.notify_all();
+    }
+  }
+
+  // Moves big tensors to the connector (once per content) and returns the
+  // stub that crosses the control plane.
+  Result<Message> Offload(Message m, size_t receivers) {
+    TensorMap big;
+    for (auto it = m.tensors.begin(); it != m.tensors.end();) {
+      if (it->second.nbytes() > 0 && it->second.nbytes() >= hybrid_.threshold_bytes) {
+        big.insert(m.tensors.extract(it++));
+      } else {
+        ++it;
+      }
+    }
+    if (big.empty()) return m;
+    EncodedPayload payload = EncodeSafetensors(big);
+    const std::string content =
+        std::to_string(payload.checksum) + ":" + std::to_string(payload.bytes.size);
+
+    std::shared_ptr<Object> obj;
+    std::promise<Status> upload;
+    bool uploader = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = objects_by_content_.find(content);
+      if (it != objects_by_content_.end()) {
+        obj = it->second;
+      } else {
+        obj = std::make_shared<Object>();
+        obj->uploaded = upload.get_future().share();
+        objects_by_content_[content] = obj;
+        uploader = true;
+      }
+      obj->pending_acks += static_cast<int64_t>(receivers);
+      obj->last_use = Clock::now();
+    }
+    if (uploader) {
+      auto key = connector_->Put(payload.bytes);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (key.ok()) {
+        obj->key = *key;
+        objects_by_id_[key->id] = obj;
+        upload.set_value(Status::OK());
+      } else {
+        objects_by_content_.erase(content);
+        upload.set_value(key.status().WithContext("upload to " + std::string(connector_->type())));
+      }
+    }
+    Status up = obj->uploaded.get();
+    if (!up.ok()) return up;
+    m.params[kHybridKeyParam] = obj->key.ToJson();
+    m.params[kHybridChecksumParam] = static_cast<int64_t>(payload.checksum);
+    return m;
+  }
+
+  void OnAck(const Message& m) {
+    auto id = m.GetString("id");
+    if (!id.ok()) return;
+    std::shared_ptr<Object> done;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = objects_by_id_.find(*id);
+      if (it == objects_by_id_.end()) return;
+      if (--it->second->pending_acks > 0) return;
+      done = it->second;
+      Forget(done);
+    }
+    (void)connector_->Evict(done->key);
+  }
+
+  // Caller holds mu_.
+  void Forget(const std::shared_ptr<Object>& obj) {
+    objects_by_id_.erase(obj->key.id);
+    for (auto it = objects_by_content_.begin(); it != objects_by_content_.end(); ++it) {
+      if (it->second == obj) {
+        objects_by_content_.erase(it);
+        break;
+      }
+    }
+  }
+
+  // Reads the inner transport's queue (its bounded inbox gives the inner
+  // senders their backpressure and their abandon-on-stop), counts acks,
+  // rebuilds stubs and delivers them in arrival order.
+  void FetchLoop() {
+    while (!stopping()) {
+      auto next = inner_->Receive(std::chrono::milliseconds(100));
+      if (!next.ok()) {
+        if (next.status().code() == StatusCode::kTimeout) continue;
+        return;  // inner transport stopped
+      }
+      Message m = std::move(next).value();
+      if (m.type == kHybridAckType) {
+        OnAck(m);
+        continue;
+      }
+      std::string key_id;
+      Status s = Restore(&m, &key_id);
+      if (!s.ok()) {
+        // The message cannot be rebuilt: say so rather than deliver half of it.
+        std::cerr << "xsilo " << name_ << ": dropping message from rank " << m.sender << ": "
+                  << s.ToString() << "\n";
+        continue;
+      }
+      int32_t sender = m.sender;
+      if (!Deliver(std::move(m), [this] { return stopping(); }).ok()) return;
+      if (!key_id.empty()) {
+        Message ack;
+        ack.type = kHybridAckType;
+        ack.params["id"] = key_id;
+        inner_->SendAsync(sender, std::move(ack), [](const Status&) {});
+      }
+    }
+  }
+
+  // Fetches the offloaded tensors of a stub back into it.
+  Status Restore(Message* m, std::string* key_id) {
+    auto key_param = m->params.find(kHybridKeyParam);
+    if (key_param == m->params.end()) return Status::OK();
+    auto key_json = m->GetString(kHybridKeyParam);
+    auto sum = m->GetInt(kHybridChecksumParam);
+    if (!key_json.ok() || !sum.ok()) return Corrupt("hybrid stub without key or checksum");
+    XSILO_ASSIGN_OR_RETURN(Key key, Key::FromJson(*key_json));
+    XSILO_ASSIGN_OR_RETURN(std::optional<Buffer> object, connector_->Get(key));
+    if (!object) return NotFound("object " + key.id + " is gone (evicted or expired)");
+    if (static_cast<int64_t>(Checksum(object->span())) != *sum) {
+      return Corrupt("object " + key.id + " failed its checksum");
+    }
+    DecodeLimits limits;
+    limits.max_payload_bytes = options_.max_message_bytes;
+    XSILO_ASSIGN_OR_RETURN(TensorMap tensors, DecodeSafetensors(*object, limits));
+    for (auto& [name, t] : tensors) m->tensors.insert_or_assign(name, std::move(t));
+    m->params.erase(kHybridKeyParam);
+    m->params.erase(kHybridChecksumParam);
+    *key_id = key.id;
+    return Status::OK();
+  }
+
+  void ReapLoop() {
+    const auto tick = std::min<Clock::duration>(hybrid_.ttl / 4, std::chrono::seconds(1));
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, tick, [&] { return stopped_; })) {
+      std::vector<std::shared_ptr<Object>> expired;
+      auto now = Clock::now();
+      for (const auto& [id, obj] : objects_by_id_) {
+        if (now - obj->last_use > hybrid_.ttl) expired.push_back(obj);
+      }
+      for (const auto& obj : expired) Forget(obj);
+      lock.unlock();
+      for (const auto& obj : expired) (void)connector_->Evict(obj->key);
+      lock.lock();
+    }
+  }
+
+  bool stopping() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stopped_;
+  }
+
+  const std::unique_ptr<Transport> inner_;
+  const std::shared_ptr<Connector> connector_;
+  const HybridOptions hybrid_;
+  const std::string name_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool started_ = false, stopped_ = false;
+  std::deque<SendJob> jobs_;
+  uint64_t next_seq_ = 0, next_issue_ = 0;
+  std::map<std::string, std::shared_ptr<Object>> objects_by_content_;
+  std::map<std::string, std::shared_ptr<Object>> objects_by_id_;
+  std::vector<std::thread> workers_;
+  std::thread fetcher_, reaper_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> MakeHybridTransport(const TransportOptions& options,
+                                               std::unique_ptr<Transport> inner,
+                                               std::shared_ptr<Connector> connector,
+                                               HybridOptions hybrid) {
+  return std::make_unique<HybridTransport>(options, std::move(inner), std::move(connector), hybrid);
+}
+
+}  // namespace xsilo

@@ -1,0 +1,194 @@
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "transport/conformance.h"
+#include "transport/test_util.h"
+#include "xsilo/hybrid/hybrid.h"
+
+namespace {
+std::string TestDir(const char* what) {
+  return (std::filesystem::temp_directory_path() /
+          ("xsilo-hybrid-" + std::string(what) + "-" + std::to_string(getpid())))
+      .string();
+}
+}  // namespace
+
+// Pass by proxy over in-process control planes: the conformance suite runs
+// with nearly every tensor offloaded to the connector.
+XSILO_TRANSPORT_CONFORMANCE(InprocFile, {.backend = "inproc+file",
+                                         .backend_options = {{"store.dir", TestDir("conformance")},
+                                                             {"threshold", "1024"}},
+                                         .measure_broadcast_memory = false});
+XSILO_TRANSPORT_CONFORMANCE(InprocMemory, {.backend = "inproc+memory",
+                                           .backend_options = {{"threshold", "always"}},
+                                           .measure_broadcast_memory = false});
+
+namespace xsilo {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::PatternIntact;
+using testing::PatternMessage;
+
+// Counts what the hybrid layer asks of its connector; can corrupt gets.
+class CountingConnector final : public Connector {
+ public:
+  explicit CountingConnector(std::unique_ptr<Connector> inner) : inner_(std::move(inner)) {}
+  std::string_view type() const override { return inner_->type(); }
+  ConnectorConfig config() const override { return inner_->config(); }
+  Result<Key> Put(const GatherList& b) override {
+    ++puts;
+    return inner_->Put(b);
+  }
+  Result<std::optional<Buffer>> Get(const Key& k) override {
+    ++gets;
+    auto r = inner_->Get(k);
+    if (corrupt && r.ok() && r->has_value() && (*r)->size() > 0) {
+      Buffer copy = Buffer::CopyFrom((*r)->data(), (*r)->size());
+      copy.mutable_data()[copy.size() - 1] ^= 0x40;
+      return std::optional<Buffer>(copy);
+    }
+    return r;
+  }
+  Result<bool> Exists(const Key& k) override { return inner_->Exists(k); }
+  Status Evict(const Key& k) override {
+    ++evicts;
+    return inner_->Evict(k);
+  }
+  Result<Key> NewKey() override { return inner_->NewKey(); }
+  Status Set(const Key& k, const GatherList& b) override { return inner_->Set(k, b); }
+
+  std::atomic<int> puts{0}, gets{0}, evicts{0};
+  std::atomic<bool> corrupt{false};
+
+ private:
+  std::unique_ptr<Connector> inner_;
+};
+
+class HybridTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TestDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    auto c = MakeConnector({"file", {{"dir", dir_}}});
+    ASSERT_TRUE(c.ok());
+    connector_ = std::make_shared<CountingConnector>(std::move(c).value());
+  }
+  void TearDown() override {
+    for (auto& t : world_) t->Stop();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void MakeWorld(int n, HybridOptions hybrid) {
+    static std::atomic<int> counter{0};
+    std::string fabric = "hybrid-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+    for (int r = 0; r < n; ++r) {
+      TransportOptions o;
+      o.rank = r;
+      o.world_size = n;
+      o.address = fabric;
+      auto inner = TransportRegistry::Global().Create("inproc", o);
+      ASSERT_TRUE(inner.ok());
+      world_.push_back(MakeHybridTransport(o, std::move(inner).value(), connector_, hybrid));
+      ASSERT_TRUE(world_.back()->Start().ok());
+    }
+  }
+
+  int ObjectsInDir() const {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir_)) n += e.is_regular_file();
+    return n;
+  }
+
+  bool WaitUntil(const std::function<bool()>& done) {
+    for (int i = 0; i < 3000 && !done(); ++i) std::this_thread::sleep_for(10ms);
+    return done();
+  }
+
+  std::string dir_;
+  std::shared_ptr<CountingConnector> connector_;
+  std::vector<std::unique_ptr<Transport>> world_;
+};
+
+TEST_F(HybridTest, BroadcastUploadsOnceAndCleansUpAfterAllAcks) {
+  MakeWorld(8, {.threshold_bytes = 1 << 20});
+  Message m = PatternMessage(8 << 20, 1);
+  m.tensors.emplace("small", *Tensor::Zeros(DType::kF32, {4}));
+  ASSERT_TRUE(world_[0]->Broadcast({1, 2, 3, 4, 5, 6, 7}, m, 60s).ok());
+  for (int r = 1; r < 8; ++r) {
+    auto got = world_[r]->Receive(60s);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_TRUE(PatternIntact(*got));
+    EXPECT_EQ(got->tensors.count("small"), 1u);
+    EXPECT_EQ(got->params.count(kHybridKeyParam), 0u) << "stub details leak to the user";
+  }
+  EXPECT_EQ(connector_->puts.load(), 1);
+  EXPECT_EQ(connector_->gets.load(), 7);
+  ASSERT_TRUE(WaitUntil([&] { return ObjectsInDir() == 0; })) << "object left in the store";
+  EXPECT_EQ(connector_->evicts.load(), 1);
+}
+
+TEST_F(HybridTest, RepeatedSendsOfSamePayloadReuseTheObject) {
+  MakeWorld(3, {.threshold_bytes = 1024});
+  Message m = PatternMessage(1 << 20, 2);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(world_[0]->Send(1, m, 30s).ok());
+    ASSERT_TRUE(world_[0]->Send(2, m, 30s).ok());
+  }
+  // The object lives until all six receipts are confirmed; one upload.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(PatternIntact(*world_[1]->Receive(30s)));
+    ASSERT_TRUE(PatternIntact(*world_[2]->Receive(30s)));
+  }
+  EXPECT_LE(connector_->puts.load(), 3);
+  EXPECT_GE(connector_->puts.load(), 1);
+  ASSERT_TRUE(WaitUntil([&] { return ObjectsInDir() == 0; }));
+}
+
+TEST_F(HybridTest, SmallTensorsTravelInline) {
+  MakeWorld(2, {});  // default 10 MiB threshold
+  ASSERT_TRUE(world_[0]->Send(1, PatternMessage(1 << 20, 3), 30s).ok());
+  auto got = world_[1]->Receive(30s);
+  ASSERT_TRUE(got.ok());
+  EXPECT_TRUE(PatternIntact(*got));
+  EXPECT_EQ(connector_->puts.load(), 0);
+}
+
+TEST_F(HybridTest, UnconfirmedObjectsExpireAfterTtl) {
+  MakeWorld(2, {.threshold_bytes = 1024, .ttl = 200ms});
+  connector_->corrupt = true;  // the receiver rejects the object, so never confirms
+  ASSERT_TRUE(world_[0]->Send(1, PatternMessage(64 << 10, 4), 30s).ok());
+  ASSERT_TRUE(WaitUntil([&] { return connector_->gets.load() == 1; }));
+  EXPECT_EQ(world_[1]->Receive(100ms).status().code(), StatusCode::kTimeout)
+      << "a corrupt object must not be delivered";
+  ASSERT_TRUE(WaitUntil([&] { return ObjectsInDir() == 0; })) << "TTL never evicted the object";
+}
+
+TEST_F(HybridTest, StopEvictsWhatTheSenderStillHolds) {
+  MakeWorld(2, {.threshold_bytes = 1024});
+  connector_->corrupt = true;
+  ASSERT_TRUE(world_[0]->Send(1, PatternMessage(64 << 10, 5), 30s).ok());
+  ASSERT_TRUE(WaitUntil([&] { return connector_->gets.load() == 1; }));
+  EXPECT_EQ(ObjectsInDir(), 1);
+  world_[0]->Stop();
+  EXPECT_EQ(ObjectsInDir(), 0);
+}
+
+TEST(HybridRegistry, CompositeNamesAndOptions) {
+  auto names = TransportRegistry::Global().Names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "inproc+file"), names.end());
+  TransportOptions o;
+  o.backend = {{"threshold", "lots"}};
+  EXPECT_EQ(TransportRegistry::Global().Create("inproc+memory", o).status().code(),
+            StatusCode::kInvalidArgument);
+  o.backend = {{"store.colour", "red"}};
+  EXPECT_EQ(TransportRegistry::Global().Create("inproc+memory", o).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(TransportRegistry::Global().Create("inproc+tape", {}).status().code(),
+            StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace xsilo
