@@ -46,25 +46,44 @@ namespace {
 
 std::string_view Reason(int status) {
   switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 204: return "No Content";
-    case 206: return "Partial Content";
-    case 304: return "Not Modified";
-    case 400: return "Bad Request";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 409: return "Conflict";
-    case 411: return "Length Required";
-    case 412: return "Precondition Failed";
-    case 413: return "Payload Too Large";
-    case 416: return "Range Not Satisfiable";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    default: return "Unknown";
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 204:
+      return "No Content";
+    case 206:
+      return "Partial Content";
+    case 304:
+      return "Not Modified";
+    case 400:
+      return "Bad Request";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 409:
+      return "Conflict";
+    case 411:
+      return "Length Required";
+    case 412:
+      return "Precondition Failed";
+    case 413:
+      return "Payload Too Large";
+    case 416:
+      return "Range Not Satisfiable";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Unknown";
   }
 }
 
@@ -166,7 +185,8 @@ class ConnBodyReader : public BodyReader {
       ssize_t got = ::recv(conn_.fd, dst, want, 0);
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0) {
-        return Unavailable(got == 0 ? "connection closed mid-body" : "body read failed or timed out");
+        return Unavailable(got == 0 ? "connection closed mid-body"
+                                    : "body read failed or timed out");
       }
       dst += got;
       n -= got;
@@ -224,7 +244,8 @@ ParseResult ParseHead(std::string_view head, HttpRequest* req, std::string* why)
     if (h.empty()) break;
     size_t colon = h.find(':');
     if (colon == std::string_view::npos || colon == 0 ||
-        !std::all_of(h.begin(), h.begin() + colon, [](unsigned char c) { return IsTokenChar(c); })) {
+        !std::all_of(h.begin(), h.begin() + colon,
+                     [](unsigned char c) { return IsTokenChar(c); })) {
       *why = "malformed header line";
       return ParseResult::kBad;
     }
@@ -252,7 +273,8 @@ ParseResult ParseHead(std::string_view head, HttpRequest* req, std::string* why)
       req->content_length = len;
     } else if (name == "connection") {
       std::string v(value);
-      std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+      std::transform(v.begin(), v.end(), v.begin(),
+                     [](unsigned char c) { return std::tolower(c); });
       if (v.find("close") != std::string::npos) req->keep_alive = false;
       if (v.find("keep-alive") != std::string::npos) req->keep_alive = true;
     }
@@ -349,8 +371,8 @@ void HttpServer::AcceptLoop() {
     std::unique_lock<std::mutex> lock(mu_);
     if (static_cast<int>(queue_.size()) >= options_.max_queued_connections) {
       lock.unlock();
-      SendString(fd,
-                 "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+      SendString(
+          fd, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
       ::close(fd);
       continue;
     }
@@ -431,7 +453,8 @@ void HttpServer::ServeConnection(int fd) {
       return;
     }
     const std::string* expect = req.Header("expect");
-    bool expect_continue = expect != nullptr && (*expect == "100-continue" || *expect == "100-Continue");
+    bool expect_continue =
+        expect != nullptr && (*expect == "100-continue" || *expect == "100-Continue");
     ConnBodyReader body(conn, req.has_content_length ? req.content_length : 0, expect_continue);
 
     HttpResponse resp;
@@ -442,8 +465,8 @@ void HttpServer::ServeConnection(int fd) {
       for (const Buffer& b : resp.body) resp.content_length += b.size();
     }
     bool close = resp.close || !req.keep_alive || body.remaining() > 0 || stopping_;
-    std::string out = "HTTP/1.1 " + std::to_string(resp.status) + " " +
-                      std::string(Reason(resp.status)) + "\r\n";
+    std::string out =
+        "HTTP/1.1 " + std::to_string(resp.status) + " " + std::string(Reason(resp.status)) + "\r\n";
     for (const auto& [k, v] : resp.headers) {
       out += k;
       out += ": ";

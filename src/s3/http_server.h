@@ -55,8 +55,8 @@ class BodyReader {
 
 struct HttpResponse {
   int status = 200;
-  Params headers;             // Content-Length and Connection are added by the server
-  std::vector<Buffer> body;   // gather list, written without copying
+  Params headers;               // Content-Length and Connection are added by the server
+  std::vector<Buffer> body;     // gather list, written without copying
   uint64_t content_length = 0;  // set from body unless omit_body
   // HEAD: announce content_length but send no body.
   bool omit_body = false;
@@ -68,9 +68,9 @@ struct HttpResponse {
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";  // address to bind
-  int port = 0;                     // 0: pick an ephemeral port
+  int port = 0;                    // 0: pick an ephemeral port
   uint64_t max_header_bytes = 64 << 10;
-  int max_connections = 64;  // worker threads; further connections wait in a queue
+  int max_connections = 64;           // worker threads; further connections wait in a queue
   int max_queued_connections = 1024;  // beyond this, new connections get 503
   std::chrono::milliseconds idle_timeout{60000};  // keep-alive idle limit
   std::chrono::milliseconds io_timeout{60000};    // one blocked send/recv

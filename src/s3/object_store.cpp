@@ -41,7 +41,8 @@ class MemoryObjectStore : public ObjectStore {
     auto it = buckets_.find(bucket);
     if (it == buckets_.end()) return NoSuchBucket(bucket);
     if (!it->second.objects.empty()) {
-      return S3Error("BucketNotEmpty", "The bucket you tried to delete is not empty. (" + bucket + ")");
+      return S3Error("BucketNotEmpty",
+                     "The bucket you tried to delete is not empty. (" + bucket + ")");
     }
     buckets_.erase(it);
     return Status::OK();
@@ -151,7 +152,8 @@ Status WriteAll(int fd, const uint8_t* p, uint64_t n) {
   while (n > 0) {
     ssize_t w = ::write(fd, p, std::min<uint64_t>(n, 1ull << 30));
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return ResourceExhausted(std::string("InternalError: write: ") + std::strerror(errno));
+    if (w <= 0)
+      return ResourceExhausted(std::string("InternalError: write: ") + std::strerror(errno));
     p += w;
     n -= w;
   }
@@ -165,7 +167,8 @@ class DirectoryObjectStore : public ObjectStore {
   Status CreateBucket(const std::string& bucket) override {
     std::string dir = BucketDir(bucket);
     if (::mkdir(dir.c_str(), 0755) != 0) {
-      if (errno == EEXIST) return S3Error("BucketAlreadyOwnedByYou", "bucket " + bucket + " already exists");
+      if (errno == EEXIST)
+        return S3Error("BucketAlreadyOwnedByYou", "bucket " + bucket + " already exists");
       return S3Error("InternalError", "mkdir " + dir + ": " + std::strerror(errno));
     }
     ::mkdir((dir + "/.xsilo-tmp").c_str(), 0755);
@@ -177,7 +180,8 @@ class DirectoryObjectStore : public ObjectStore {
     auto list = List(bucket, "");
     if (!list.ok()) return list.status();
     if (!list->empty()) {
-      return S3Error("BucketNotEmpty", "The bucket you tried to delete is not empty. (" + bucket + ")");
+      return S3Error("BucketNotEmpty",
+                     "The bucket you tried to delete is not empty. (" + bucket + ")");
     }
     std::error_code ec;
     std::filesystem::remove_all(BucketDir(bucket), ec);
@@ -185,7 +189,7 @@ class DirectoryObjectStore : public ObjectStore {
     return Status::OK();
   }
   Status HeadBucket(const std::string& bucket) override {
-    struct stat st{};
+    struct stat st {};
     if (::stat(BucketDir(bucket).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
       return NoSuchBucket(bucket);
     }
@@ -198,7 +202,7 @@ class DirectoryObjectStore : public ObjectStore {
     while (dirent* e = ::readdir(d)) {
       std::string name = e->d_name;
       if (name.empty() || name[0] == '.') continue;
-      struct stat st{};
+      struct stat st {};
       if (::stat((root_ + "/" + name).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
         out.push_back({name, st.st_mtime});
       }
@@ -245,7 +249,7 @@ class DirectoryObjectStore : public ObjectStore {
     XSILO_RETURN_IF_ERROR(HeadBucket(bucket));
     std::string name = EncodeKey(key);
     std::string path = BucketDir(bucket) + "/" + name;
-    struct stat st{};
+    struct stat st {};
     if (name.size() > 240 || ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
       return NoSuchKey(bucket, key);
     }
@@ -284,7 +288,7 @@ class DirectoryObjectStore : public ObjectStore {
       if (name.empty() || name[0] == '.') continue;
       std::string key;
       if (!DecodeKey(name, &key) || key.compare(0, prefix.size(), prefix) != 0) continue;
-      struct stat st{};
+      struct stat st {};
       if (::stat((dir + "/" + name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
       StoredObject meta;
       meta.mtime = st.st_mtime;
@@ -307,7 +311,8 @@ class DirectoryObjectStore : public ObjectStore {
     if (std::getline(m, line)) o->checksum_sha256 = line;
     while (std::getline(m, line)) {
       size_t tab = line.find('\t');
-      if (tab != std::string::npos) o->user_metadata.emplace_back(line.substr(0, tab), line.substr(tab + 1));
+      if (tab != std::string::npos)
+        o->user_metadata.emplace_back(line.substr(0, tab), line.substr(tab + 1));
     }
     if (o->etag.empty()) o->etag = "\"" + std::to_string(o->mtime) + "\"";
   }

@@ -187,7 +187,8 @@ void S3Server::Impl::SendError(Ctx& c, const Status& st) {
   if (code.empty()) code = "InternalError";
   s3::S3ErrorKind kind = s3::LookupS3Error(code);
   std::string message = st.message();
-  if (message.compare(0, code.size() + 2, code + ": ") == 0) message = message.substr(code.size() + 2);
+  if (message.compare(0, code.size() + 2, code + ": ") == 0)
+    message = message.substr(code.size() + 2);
   HttpResponse* r = c.resp;
   r->status = kind.http_status;
   r->headers.clear();
@@ -231,10 +232,11 @@ Status S3Server::Impl::Route(Ctx& c) {
   bool virtual_host = false;
   if (!opts.virtual_host_domain.empty()) {
     if (const std::string* host = req.Header("host")) {
-      std::string h = host->substr(0, host->rfind(':') == std::string::npos ? host->size()
-                                                                             : host->rfind(':'));
+      std::string h =
+          host->substr(0, host->rfind(':') == std::string::npos ? host->size() : host->rfind(':'));
       std::string suffix = "." + opts.virtual_host_domain;
-      if (h.size() > suffix.size() && h.compare(h.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      if (h.size() > suffix.size() &&
+          h.compare(h.size() - suffix.size(), suffix.size(), suffix) == 0) {
         c.bucket = h.substr(0, h.size() - suffix.size());
         c.key = path.substr(1);
         virtual_host = true;
@@ -253,7 +255,8 @@ Status S3Server::Impl::Route(Ctx& c) {
   const std::string& m = req.method;
   if (c.bucket.empty()) {
     if (m == "GET") return ListBuckets(c);
-    return S3Error("MethodNotAllowed", "The specified method is not allowed against this resource.");
+    return S3Error("MethodNotAllowed",
+                   "The specified method is not allowed against this resource.");
   }
   if (c.key.empty()) {
     if (m == "PUT") return CreateBucket(c);
@@ -266,8 +269,8 @@ Status S3Server::Impl::Route(Ctx& c) {
     if (m == "GET" && c.HasQuery("location")) {
       XSILO_RETURN_IF_ERROR(store->HeadBucket(c.bucket));
       std::string region = opts.region == "us-east-1" ? "" : s3::XmlEscape(opts.region);
-      SendXml(c, 200, "<LocationConstraint" + std::string(kXmlns) + ">" + region +
-                          "</LocationConstraint>");
+      SendXml(c, 200,
+              "<LocationConstraint" + std::string(kXmlns) + ">" + region + "</LocationConstraint>");
       return Status::OK();
     }
     if (m == "GET" && (c.HasQuery("uploads") || c.HasQuery("versioning") || c.HasQuery("acl") ||
@@ -276,10 +279,12 @@ Status S3Server::Impl::Route(Ctx& c) {
     }
     if (m == "GET") return ListObjects(c);
     if (m == "POST" && c.HasQuery("delete")) return DeleteObjects(c);
-    return S3Error("MethodNotAllowed", "The specified method is not allowed against this resource.");
+    return S3Error("MethodNotAllowed",
+                   "The specified method is not allowed against this resource.");
   }
   if (m == "PUT") {
-    if (c.req.Header("x-amz-copy-source")) return S3Error("NotImplemented", "CopyObject is not implemented.");
+    if (c.req.Header("x-amz-copy-source"))
+      return S3Error("NotImplemented", "CopyObject is not implemented.");
     if (c.HasQuery("uploadId") || c.HasQuery("partNumber")) return UploadPart(c);
     if (c.HasQuery("acl") || c.HasQuery("tagging")) {
       return S3Error("NotImplemented", "This object subresource is not implemented.");
@@ -337,11 +342,13 @@ Status S3Server::Impl::Authenticate(Ctx& c) {
     static const std::string kEmptyHash(s3::kEmptySha256Hex);
     if (!sha && req.content_length == 0) sha = &kEmptyHash;
     if (!sha) {
-      return S3Error("InvalidRequest", "Missing required header for this request: x-amz-content-sha256");
+      return S3Error("InvalidRequest",
+                     "Missing required header for this request: x-amz-content-sha256");
     }
     if (sha->rfind("STREAMING-", 0) == 0) {
-      return S3Error("NotImplemented", "aws-chunked streaming uploads are not supported; "
-                                       "send a plain body with x-amz-content-sha256");
+      return S3Error("NotImplemented",
+                     "aws-chunked streaming uploads are not supported; "
+                     "send a plain body with x-amz-content-sha256");
     }
     if (*sha != s3::kUnsignedPayload && !IsLowerHex64(*sha)) {
       return S3Error("InvalidArgument",
@@ -356,7 +363,8 @@ Status S3Server::Impl::Authenticate(Ctx& c) {
   } else {
     XSILO_RETURN_IF_ERROR(s3::ParsePresignedQuery(c.query, &auth));
     if (!s3::ParseAmzDate(auth.amz_date, &signed_at)) {
-      return S3Error("AuthorizationQueryParametersError", "X-Amz-Date must be YYYYMMDD'T'HHMMSS'Z'");
+      return S3Error("AuthorizationQueryParametersError",
+                     "X-Amz-Date must be YYYYMMDD'T'HHMMSS'Z'");
     }
     if (auth.expires_seconds < 1 || auth.expires_seconds > opts.max_presign_expiry.count()) {
       return S3Error("AuthorizationQueryParametersError",
@@ -398,7 +406,8 @@ Status S3Server::Impl::Authenticate(Ctx& c) {
       }
     }
     if (!found) {
-      return S3Error("SignatureDoesNotMatch", "signed header '" + name + "' is missing from the request");
+      return S3Error("SignatureDoesNotMatch",
+                     "signed header '" + name + "' is missing from the request");
     }
   }
   parts.payload_hash = c.payload_hash;
@@ -444,19 +453,23 @@ Result<Buffer> S3Server::Impl::ReadBody(Ctx& c, uint64_t limit, std::string* che
   auto body = c.body.ReadAll();
   if (!body.ok()) {
     c.resp->close = true;
-    return S3Error("IncompleteBody", "You did not provide the number of bytes specified by the "
-                                     "Content-Length HTTP header: " + body.status().message());
+    return S3Error("IncompleteBody",
+                   "You did not provide the number of bytes specified by the "
+                   "Content-Length HTTP header: " +
+                       body.status().message());
   }
   bool check_payload = c.payload_hash != s3::kUnsignedPayload;
   if (check_payload || sha_want) {
     s3::Sha256Digest d = s3::Sha256(body->span());
     if (check_payload && s3::Hex(d) != c.payload_hash) {
-      return S3Error("XAmzContentSHA256Mismatch",
-                     "The provided 'x-amz-content-sha256' header does not match what was computed.");
+      return S3Error(
+          "XAmzContentSHA256Mismatch",
+          "The provided 'x-amz-content-sha256' header does not match what was computed.");
     }
     if (sha_want && !std::equal(d.begin(), d.end(), sha_want->begin())) {
-      return S3Error("BadDigest", "The x-amz-checksum-sha256 you specified did not match the "
-                                  "calculated checksum.");
+      return S3Error("BadDigest",
+                     "The x-amz-checksum-sha256 you specified did not match the "
+                     "calculated checksum.");
     }
     if (sha_b64 && checksum_b64) *checksum_b64 = *sha_b64;
   }
@@ -565,7 +578,8 @@ Status S3Server::Impl::ListObjects(Ctx& c) {
                     s3::XmlEscape(c.bucket) + "</Name><Prefix>" + enc(prefix) + "</Prefix>";
   if (v2) {
     xml += "<KeyCount>" + std::to_string(count) + "</KeyCount>";
-    if (!token.empty()) xml += "<ContinuationToken>" + s3::XmlEscape(token) + "</ContinuationToken>";
+    if (!token.empty())
+      xml += "<ContinuationToken>" + s3::XmlEscape(token) + "</ContinuationToken>";
     if (c.HasQuery("start-after")) xml += "<StartAfter>" + enc(q("start-after")) + "</StartAfter>";
   } else {
     xml += "<Marker>" + enc(q("marker")) + "</Marker>";
@@ -688,9 +702,10 @@ Status S3Server::Impl::CreateUpload(Ctx& c) {
     std::lock_guard<std::mutex> lock(uploads_mu);
     uploads.emplace(id, std::move(u));
   }
-  SendXml(c, 200, "<InitiateMultipartUploadResult" + std::string(kXmlns) + "><Bucket>" +
-                      s3::XmlEscape(c.bucket) + "</Bucket><Key>" + s3::XmlEscape(c.key) +
-                      "</Key><UploadId>" + id + "</UploadId></InitiateMultipartUploadResult>");
+  SendXml(c, 200,
+          "<InitiateMultipartUploadResult" + std::string(kXmlns) + "><Bucket>" +
+              s3::XmlEscape(c.bucket) + "</Bucket><Key>" + s3::XmlEscape(c.key) +
+              "</Key><UploadId>" + id + "</UploadId></InitiateMultipartUploadResult>");
   return Status::OK();
 }
 
@@ -702,7 +717,8 @@ Status S3Server::Impl::UploadPart(Ctx& c) {
   if (pn->empty() || pn->size() > 5 ||
       !std::all_of(pn->begin(), pn->end(), [](char ch) { return ch >= '0' && ch <= '9'; }) ||
       (part = std::stoi(*pn)) < 1 || part > 10000) {
-    return S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive");
+    return S3Error("InvalidArgument",
+                   "Part number must be an integer between 1 and 10000, inclusive");
   }
   {
     std::lock_guard<std::mutex> lock(uploads_mu);
@@ -782,10 +798,11 @@ Status S3Server::Impl::CompleteUpload(Ctx& c) {
   obj.mtime = std::time(nullptr);
   std::string etag = obj.etag;
   XSILO_RETURN_IF_ERROR(store->Put(c.bucket, c.key, std::move(obj)));
-  SendXml(c, 200, "<CompleteMultipartUploadResult" + std::string(kXmlns) + "><Location>/" +
-                      s3::XmlEscape(c.bucket) + "/" + s3::XmlEscape(c.key) + "</Location><Bucket>" +
-                      s3::XmlEscape(c.bucket) + "</Bucket><Key>" + s3::XmlEscape(c.key) +
-                      "</Key><ETag>" + s3::XmlEscape(etag) + "</ETag></CompleteMultipartUploadResult>");
+  SendXml(c, 200,
+          "<CompleteMultipartUploadResult" + std::string(kXmlns) + "><Location>/" +
+              s3::XmlEscape(c.bucket) + "/" + s3::XmlEscape(c.key) + "</Location><Bucket>" +
+              s3::XmlEscape(c.bucket) + "</Bucket><Key>" + s3::XmlEscape(c.key) + "</Key><ETag>" +
+              s3::XmlEscape(etag) + "</ETag></CompleteMultipartUploadResult>");
   return Status::OK();
 }
 
@@ -839,7 +856,7 @@ Result<std::unique_ptr<S3Server>> S3Server::Start(S3ServerOptions options) {
     };
   }
   ho.format_error = [](int status, std::string_view message) {
-    std::string code = status == 431 ? "RequestHeaderSectionTooLarge"
+    std::string code = status == 431   ? "RequestHeaderSectionTooLarge"
                        : status == 501 ? "NotImplemented"
                                        : "BadRequest";
     return std::pair<std::string, std::string>(

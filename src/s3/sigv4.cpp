@@ -267,8 +267,7 @@ Status ParseCredential(std::string_view cred, SigV4Auth* out) {
     if (slash == std::string_view::npos) break;
     cred.remove_prefix(slash + 1);
   }
-  if (parts.size() != 5 || parts[4] != "aws4_request" || parts[0].empty() ||
-      parts[1].size() != 8) {
+  if (parts.size() != 5 || parts[4] != "aws4_request" || parts[0].empty() || parts[1].size() != 8) {
     return InvalidArgument("AuthorizationHeaderMalformed: bad Credential");
   }
   out->access_key = parts[0];
@@ -319,7 +318,8 @@ Status ParseAuthorizationHeader(std::string_view value, SigV4Auth* out) {
     }
   }
   if (!have_cred || !have_signed || !have_sig) {
-    return InvalidArgument("AuthorizationHeaderMalformed: missing Credential/SignedHeaders/Signature");
+    return InvalidArgument(
+        "AuthorizationHeaderMalformed: missing Credential/SignedHeaders/Signature");
   }
   return Status::OK();
 }

@@ -85,7 +85,7 @@ struct SigV4Auth {
   std::string service;
   std::vector<std::string> signed_headers;  // lowercase
   std::string signature;
-  std::string amz_date;        // X-Amz-Date (header or query)
+  std::string amz_date;          // X-Amz-Date (header or query)
   int64_t expires_seconds = -1;  // presigned only
   bool presigned = false;
 };
