@@ -1,5 +1,6 @@
 #include "s3/errors.h"
 
+#include <algorithm>
 #include <array>
 
 #include "xsilo/s3/errors.h"
@@ -83,15 +84,21 @@ namespace xsilo {
 
 std::string S3ErrorCode(const Status& status) {
   if (status.ok()) return {};
-  const std::string& m = status.message();
-  size_t colon = m.find(':');
-  if (colon == std::string::npos || colon == 0) return {};
-  for (size_t i = 0; i < colon; ++i) {
-    char c = m[i];
-    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) return {};
+  // The message is "[context: ]*Code: text"; contexts (Status::WithContext)
+  // hold spaces, a code is one CamelCase word.
+  std::string_view m = status.message();
+  while (!m.empty()) {
+    size_t sep = m.find(": ");
+    if (sep == std::string_view::npos) return {};
+    std::string_view word = m.substr(0, sep);
+    bool code = !word.empty() && word[0] >= 'A' && word[0] <= 'Z' &&
+                std::all_of(word.begin(), word.end(), [](char c) {
+                  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+                });
+    if (code) return std::string(word);
+    m.remove_prefix(sep + 2);
   }
-  if (m[0] < 'A' || m[0] > 'Z') return {};
-  return m.substr(0, colon);
+  return {};
 }
 
 }  // namespace xsilo
