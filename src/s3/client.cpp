@@ -408,7 +408,7 @@ size_t WriteCallback(char* data, size_t size, size_t n, void* user) {
       if (!cl) {
         t->to_text = true;  // unknown length: collect, copy once at the end
       } else {
-        auto b = Buffer::Allocate(std::stoull(*cl));
+        auto b = Buffer::Allocate(std::strtoull(cl->c_str(), nullptr, 10));
         if (!b.ok()) {
           t->sink_error = b.status();
           return 0;
@@ -710,9 +710,9 @@ S3ObjectInfo InfoFromHeaders(const std::string& key, const Reply& r) {
   if (const std::string* v = r.Header("content-range")) {
     size_t slash = v->rfind('/');
     if (slash != std::string::npos && (*v)[slash + 1] != '*')
-      info.size = std::stoull(v->substr(slash + 1));
+      info.size = std::strtoull(v->c_str() + slash + 1, nullptr, 10);
   } else if (const std::string* cl = r.Header("content-length")) {
-    info.size = std::stoull(*cl);
+    info.size = std::strtoull(cl->c_str(), nullptr, 10);
   }
   if (const std::string* v = r.Header("etag")) info.etag = *v;
   if (const std::string* v = r.Header("content-type")) info.content_type = *v;

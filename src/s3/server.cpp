@@ -191,7 +191,12 @@ void S3Server::Impl::SendError(Ctx& c, const Status& st) {
     message = message.substr(code.size() + 2);
   HttpResponse* r = c.resp;
   r->status = kind.http_status;
-  r->headers.clear();
+  // Headers of the failed operation go, except Content-Range (416 keeps "bytes */size").
+  Params kept;
+  for (auto& kv : r->headers) {
+    if (kv.first == "Content-Range") kept.push_back(std::move(kv));
+  }
+  r->headers = std::move(kept);
   r->headers.emplace_back("x-amz-request-id", c.request_id);
   r->headers.emplace_back("Content-Type", "application/xml");
   std::string xml = std::string(kXmlHeader) + "<Error><Code>" + s3::XmlEscape(code) +

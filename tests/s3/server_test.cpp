@@ -83,6 +83,7 @@ TEST_P(ServerTest, PutGetHeadDeleteRange) {
   RawResponse bad = Signed("GET", "/bkt/dir/a b.txt", "", "", kSk, "Range: bytes=10-20\r\n");
   EXPECT_EQ(bad.status, 416);
   EXPECT_NE(bad.body.find("<Code>InvalidRange</Code>"), std::string::npos);
+  EXPECT_EQ(bad.Header("content-range"), "bytes */10");
   RawResponse h = Signed("HEAD", "/bkt/dir/a b.txt");
   EXPECT_EQ(h.status, 200);
   EXPECT_EQ(h.Header("content-length"), "10");
