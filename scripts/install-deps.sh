@@ -13,6 +13,8 @@ PACKAGES=(
   libhiredis-dev redis-server
   # tests
   libgtest-dev libgmock-dev
+  # s3: client (libcurl, OpenSSL for SigV4) and embedded server; curl CLI for interop tests
+  libcurl4-openssl-dev libssl-dev curl
 )
 
 missing=()

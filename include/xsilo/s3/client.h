@@ -1,0 +1,253 @@
+// An S3 client over libcurl: SigV4 signing, path-style or virtual-hosted
+// addressing, parallel multipart upload, parallel ranged download into one
+// preallocated Buffer, presigned URLs.
+//
+// Every operation takes an arguments struct, validated before any I/O, and
+// returns a Status or Result. S3 errors become Status values carrying the S3
+// code (see xsilo/s3/errors.h). Requests run on a bounded pool of curl
+// handles (kept alive between requests); parallel operations run on a
+// bounded pool of worker threads owned by the client. The client is
+// thread-safe.
+//
+//   S3ClientOptions o;
+//   o.endpoint = "http://127.0.0.1:9000";
+//   o.credentials = StaticCredentials({"AK", "SK"});
+//   auto client = S3Client::Create(o);
+//   XSILO_RETURN_IF_ERROR((*client)->PutObject({.bucket = "b", .key = "k", .body = bytes}));
+//   auto got = (*client)->DownloadObject({.bucket = "b", .key = "k", .connections = 8});
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <ctime>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "xsilo/core/buffer.h"
+#include "xsilo/core/codec.h"
+#include "xsilo/core/status.h"
+#include "xsilo/s3/credentials.h"
+#include "xsilo/s3/errors.h"
+
+namespace xsilo {
+
+enum class S3Addressing {
+  kAuto,         // virtual-hosted for *.amazonaws.com and DNS-safe bucket names, else path
+  kPath,         // http://endpoint/bucket/key
+  kVirtualHost,  // http://bucket.endpoint/key
+};
+
+struct S3ClientOptions {
+  // Service URL, "http[s]://host[:port]". Default "" means
+  // https://s3.<region>.amazonaws.com.
+  std::string endpoint;
+  // Region requests are signed for. Default "us-east-1".
+  std::string region = "us-east-1";
+  // Default kAuto.
+  S3Addressing addressing = S3Addressing::kAuto;
+  // Default nullptr: DefaultCredentialsChain() (environment, shared file).
+  std::shared_ptr<S3CredentialsProvider> credentials;
+  // Requests in flight at once (curl handles, each keeping its connection
+  // alive) and worker threads for parallel operations. Default 16.
+  int max_connections = 16;
+  // Connection setup limit. Default 10 s.
+  std::chrono::milliseconds connect_timeout{10000};
+  // A request that moves no byte for this long fails with Timeout. Default 30 s.
+  std::chrono::milliseconds stall_timeout{30000};
+  // Whole-request limit; 0 (default) means none (stall_timeout still applies).
+  std::chrono::milliseconds request_timeout{0};
+  // Retries of a request that failed transiently (connection errors, 500,
+  // 503). Default 3.
+  int max_retries = 3;
+  // First retry delay; doubles per attempt, with jitter. Default 100 ms.
+  std::chrono::milliseconds retry_base_delay{100};
+  // Sign payloads with their SHA-256 (one extra pass over the data) instead
+  // of UNSIGNED-PAYLOAD. Default false.
+  bool sign_payload = false;
+  // TLS: verify the peer (default true) and an optional CA bundle.
+  bool verify_tls = true;
+  std::string ca_file;
+};
+
+struct S3ObjectInfo {
+  std::string key;
+  uint64_t size = 0;
+  std::string etag;  // quoted, as S3 sends it
+  std::time_t last_modified = 0;
+  std::string content_type;
+  std::string checksum_sha256;  // base64, when the server returned one
+  std::vector<std::pair<std::string, std::string>> metadata;  // x-amz-meta-* headers
+};
+
+struct CreateBucketArgs {
+  std::string bucket;
+  Status Validate() const;
+};
+
+struct BucketArgs {  // HeadBucket, DeleteBucket
+  std::string bucket;
+  Status Validate() const;
+};
+
+struct PutObjectArgs {
+  std::string bucket;
+  std::string key;
+  // The bytes, sent in order without being flattened. Assign a Buffer with
+  // body.Append(buffer) or a codec GatherList directly.
+  GatherList body;
+  std::string content_type;  // default "" (server: application/octet-stream)
+  std::vector<std::pair<std::string, std::string>> metadata;  // sent as x-amz-meta-<name>
+  // Send x-amz-checksum-sha256 (the server verifies it and keeps it for
+  // GET). Default false.
+  bool checksum_sha256 = false;
+  // Send Content-MD5 (the server verifies it). Default false.
+  bool content_md5 = false;
+  Status Validate() const;
+};
+
+struct PutObjectResult {
+  std::string etag;
+  std::string checksum_sha256;  // base64, when sent
+};
+
+struct GetObjectArgs {
+  std::string bucket;
+  std::string key;
+  // Byte range [offset, offset + length); length nullopt (default) means to
+  // the end of the object.
+  uint64_t offset = 0;
+  std::optional<uint64_t> length;
+  // Ask for the stored x-amz-checksum-sha256 and verify the bytes against it
+  // when the server has one (whole-object reads only). Default false.
+  bool verify_checksum = false;
+  // When non-empty, the SHA-256 (base64) the whole object must have;
+  // mismatch is Corrupt. Default "".
+  std::string expected_sha256;
+  Status Validate() const;
+};
+
+struct GetObjectResult {
+  Buffer data;
+  S3ObjectInfo info;
+};
+
+struct ObjectArgs {  // HeadObject, DeleteObject
+  std::string bucket;
+  std::string key;
+  Status Validate() const;
+};
+
+struct ListObjectsArgs {
+  std::string bucket;
+  std::string prefix;
+  std::string delimiter;  // e.g. "/" to group keys into common prefixes
+  std::string start_after;
+  std::string continuation_token;  // from a previous truncated result
+  int max_keys = 1000;             // per request, 1..1000
+  bool fetch_all = false;          // follow continuation tokens to the end
+  Status Validate() const;
+};
+
+struct ListObjectsResult {
+  std::vector<S3ObjectInfo> objects;  // key, size, etag, last_modified
+  std::vector<std::string> common_prefixes;
+  bool truncated = false;
+  std::string next_continuation_token;
+};
+
+struct UploadObjectArgs {
+  std::string bucket;
+  std::string key;
+  GatherList body;
+  std::string content_type;
+  std::vector<std::pair<std::string, std::string>> metadata;
+  // Objects larger than part_size go multipart, parts of part_size bytes
+  // (the last may be smaller). S3 needs >= 5 MiB. Default 64 MiB.
+  uint64_t part_size = 64ull << 20;
+  // Parts in flight at once (bounded also by max_connections). Default 8.
+  int concurrency = 8;
+  // Send x-amz-checksum-sha256 with each part / the single PUT. Default false.
+  bool checksum_sha256 = false;
+  Status Validate() const;
+};
+
+struct DownloadObjectArgs {
+  std::string bucket;
+  std::string key;
+  // Connections fetching ranges at once (bounded by max_connections). Default 8.
+  int connections = 8;
+  // Range size; 0 (default) means size / connections, at least 1 MiB and at
+  // most 64 MiB.
+  uint64_t range_size = 0;
+  // Attempts per range after the first; each resumes at the first byte not
+  // yet received. Default 5.
+  int max_range_retries = 5;
+  // First retry delay; doubles per attempt. Default 50 ms.
+  std::chrono::milliseconds retry_base_delay{50};
+  // Verify the downloaded bytes against the stored x-amz-checksum-sha256
+  // when the server has one. Default false.
+  bool verify_checksum = false;
+  std::string expected_sha256;  // base64; when non-empty, must match
+  Status Validate() const;
+};
+
+struct DownloadObjectResult {
+  Buffer data;
+  S3ObjectInfo info;
+  uint64_t ranges = 0;         // range requests planned
+  uint64_t range_retries = 0;  // retried (resumed) range requests
+};
+
+struct PresignArgs {
+  std::string method = "GET";  // "GET", "PUT", "HEAD" or "DELETE"
+  std::string bucket;
+  std::string key;
+  std::chrono::seconds expires{3600};  // 1 s .. 7 days; default 1 hour
+  std::time_t signing_time = 0;        // 0 (default): now
+  Status Validate() const;
+};
+
+class S3Client {
+ public:
+  static Result<std::unique_ptr<S3Client>> Create(S3ClientOptions options);
+  ~S3Client();
+  S3Client(const S3Client&) = delete;
+  S3Client& operator=(const S3Client&) = delete;
+
+  Status CreateBucket(const CreateBucketArgs& args);
+  Status HeadBucket(const BucketArgs& args);  // NotFound (NoSuchBucket) when absent
+  Status DeleteBucket(const BucketArgs& args);
+
+  Result<PutObjectResult> PutObject(const PutObjectArgs& args);
+  Result<GetObjectResult> GetObject(const GetObjectArgs& args);
+  Result<S3ObjectInfo> HeadObject(const ObjectArgs& args);  // NotFound (NoSuchKey) when absent
+  Status DeleteObject(const ObjectArgs& args);              // OK when absent, as S3
+  Result<ListObjectsResult> ListObjects(const ListObjectsArgs& args);
+
+  // PUT, or a multipart upload with parts sent in parallel; a failed
+  // multipart upload is aborted.
+  Result<PutObjectResult> UploadObject(const UploadObjectArgs& args);
+  // HEAD, then parallel ranged GETs writing straight into one Buffer.
+  Result<DownloadObjectResult> DownloadObject(const DownloadObjectArgs& args);
+
+  // A URL anyone can use, without credentials, until it expires.
+  Result<std::string> PresignUrl(const PresignArgs& args);
+
+  const S3ClientOptions& options() const;
+  struct Impl;
+
+ private:
+  explicit S3Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// For a party without credentials: GET or PUT a (presigned) URL.
+Result<Buffer> HttpGetUrl(const std::string& url,
+                          std::chrono::milliseconds timeout = std::chrono::minutes(10));
+Status HttpPutUrl(const std::string& url, const GatherList& body,
+                  std::chrono::milliseconds timeout = std::chrono::minutes(10));
+
+}  // namespace xsilo

@@ -1,0 +1,107 @@
+// An embedded S3-compatible object server.
+//
+// Serves the S3 REST API subset xsilo needs over plain HTTP/1.1: buckets
+// (create, head, delete, list), objects (PUT, GET with Range, HEAD,
+// DELETE, DeleteObjects), multipart uploads (create, upload part,
+// complete, abort), ListObjects V1 and V2. Requests are authenticated with
+// AWS Signature V4, either in the Authorization header or as a presigned
+// URL whose X-Amz-Expires is enforced. Errors are S3 XML error documents.
+// Objects live in memory or in a directory. See docs/s3.md.
+//
+//   S3ServerOptions o;
+//   o.access_key = "AK"; o.secret_key = "SK";
+//   auto server = S3Server::Start(o);          // port 0: ephemeral
+//   if (!server.ok()) return server.status();
+//   std::string url = (*server)->endpoint();   // "http://127.0.0.1:41234"
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "xsilo/core/status.h"
+
+namespace xsilo {
+
+// What the fault-injection hook sees of a request.
+struct S3FaultRequest {
+  std::string method;  // "GET"
+  std::string path;    // raw request path, e.g. "/bucket/key"
+  std::string range;   // the Range header, or ""
+};
+
+struct S3ServerOptions {
+  // Address to bind (IPv4 literal). Default "127.0.0.1"; "0.0.0.0" for all.
+  std::string host = "127.0.0.1";
+  // Port to listen on; 0 (default) picks an ephemeral port (see port()).
+  int port = 0;
+  // Directory to keep objects in; empty (default) keeps them in memory.
+  std::string directory;
+  // The one credential the server accepts. Both are required unless
+  // allow_anonymous is set.
+  std::string access_key;
+  std::string secret_key;
+  // Region that requests must be signed for. Default "us-east-1".
+  std::string region = "us-east-1";
+  // Accept unsigned requests as well (signed ones are still verified).
+  // Default false.
+  bool allow_anonymous = false;
+  // Buckets created at start (ignored if they already exist). Default none.
+  std::vector<std::string> buckets;
+  // Largest object a single PUT or a completed multipart upload may have.
+  // Default 64 GiB.
+  uint64_t max_object_bytes = 64ull << 30;
+  // Largest single part of a multipart upload. Default 5 GiB (as S3).
+  uint64_t max_part_bytes = 5ull << 30;
+  // Smallest part except the last one of a multipart upload. Default 5 MiB (as S3).
+  uint64_t min_part_bytes = 5ull << 20;
+  // Largest request line plus headers. Default 64 KiB.
+  uint64_t max_header_bytes = 64ull << 10;
+  // Worker threads, i.e. connections served at once; more wait in a queue.
+  // Default 64.
+  int max_connections = 64;
+  // How far X-Amz-Date may be from the server clock. Default 15 minutes.
+  std::chrono::seconds max_clock_skew{900};
+  // Longest presigned URL lifetime accepted. Default 7 days (as S3).
+  std::chrono::seconds max_presign_expiry{604800};
+  // Keep-alive connections idle longer than this are closed. Default 60 s.
+  std::chrono::milliseconds idle_timeout{60000};
+  // One blocked send or receive longer than this drops the connection.
+  // Default 60 s.
+  std::chrono::milliseconds io_timeout{60000};
+  // If set, "<bucket>.<virtual_host_domain>[:port]" in the Host header
+  // selects the bucket (virtual-hosted-style addressing); path style always
+  // works. Default "" (path style only).
+  std::string virtual_host_domain;
+  // Test hook (fault injection): called for every response with a body; a
+  // return value n >= 0 makes the server close the connection after sending
+  // n bytes of that body. Default: none.
+  std::function<int64_t(const S3FaultRequest&)> fault_drop_after_body_bytes;
+};
+
+class S3Server {
+ public:
+  // Validates the options, opens the storage, binds and starts serving.
+  static Result<std::unique_ptr<S3Server>> Start(S3ServerOptions options);
+  ~S3Server();  // stops
+  S3Server(const S3Server&) = delete;
+  S3Server& operator=(const S3Server&) = delete;
+
+  // The bound port (the ephemeral one when options.port was 0).
+  int port() const;
+  // "http://<host>:<port>", with 127.0.0.1 for a wildcard bind.
+  std::string endpoint() const;
+  // Closes every connection and joins the threads; idempotent.
+  void Stop();
+
+  struct Impl;
+
+ private:
+  explicit S3Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace xsilo

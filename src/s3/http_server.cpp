@@ -1,0 +1,513 @@
+#include "s3/http_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+namespace xsilo::s3 {
+
+const std::string* HttpRequest::Header(std::string_view lower_name) const {
+  for (const auto& [k, v] : headers) {
+    if (k == lower_name) return &v;
+  }
+  return nullptr;
+}
+
+Result<Buffer> BodyReader::ReadAll() {
+  XSILO_ASSIGN_OR_RETURN(Buffer b, Buffer::Allocate(remaining()));
+  XSILO_RETURN_IF_ERROR(Read(b.mutable_data(), b.size()));
+  return b;
+}
+
+void HttpResponse::SetBody(std::string text) {
+  body.clear();
+  if (!text.empty()) body.push_back(Buffer::CopyFrom(text));
+  content_length = text.size();
+}
+
+void HttpResponse::SetBody(std::vector<Buffer> segments) {
+  body = std::move(segments);
+  content_length = 0;
+  for (const Buffer& b : body) content_length += b.size();
+}
+
+namespace {
+
+std::string_view Reason(int status) {
+  switch (status) {
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 204:
+      return "No Content";
+    case 206:
+      return "Partial Content";
+    case 304:
+      return "Not Modified";
+    case 400:
+      return "Bad Request";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 409:
+      return "Conflict";
+    case 411:
+      return "Length Required";
+    case 412:
+      return "Precondition Failed";
+    case 413:
+      return "Payload Too Large";
+    case 416:
+      return "Range Not Satisfiable";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Unknown";
+  }
+}
+
+bool IsTokenChar(unsigned char c) {
+  return std::isalnum(c) || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
+}
+
+std::string_view TrimOws(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Writes the whole iovec list; false when the peer is gone or a send timed out.
+bool SendAll(int fd, std::vector<iovec>& iov) {
+  size_t first = 0;
+  while (first < iov.size()) {
+    if (iov[first].iov_len == 0) {
+      ++first;
+      continue;
+    }
+    msghdr msg{};
+    msg.msg_iov = iov.data() + first;
+    msg.msg_iovlen = std::min<size_t>(iov.size() - first, IOV_MAX);
+    ssize_t n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    size_t left = static_cast<size_t>(n);
+    while (left > 0 && first < iov.size()) {
+      size_t take = std::min(left, iov[first].iov_len);
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + take;
+      iov[first].iov_len -= take;
+      left -= take;
+      if (iov[first].iov_len == 0) ++first;
+    }
+  }
+  return true;
+}
+
+bool SendString(int fd, std::string_view s) {
+  std::vector<iovec> iov{{const_cast<char*>(s.data()), s.size()}};
+  return SendAll(fd, iov);
+}
+
+// Buffered reader over one connection's socket.
+struct Conn {
+  int fd;
+  std::string buf;
+  size_t start = 0;  // unread bytes are buf[start, buf.size())
+
+  size_t buffered() const { return buf.size() - start; }
+  void Compact() {
+    if (start > 0) {
+      buf.erase(0, start);
+      start = 0;
+    }
+  }
+  // Appends what one recv returns; <= 0 on EOF/error/timeout.
+  ssize_t Fill() {
+    Compact();
+    size_t old = buf.size();
+    buf.resize(old + 16384);
+    ssize_t n;
+    do {
+      n = ::recv(fd, buf.data() + old, 16384, 0);
+    } while (n < 0 && errno == EINTR);
+    buf.resize(old + std::max<ssize_t>(n, 0));
+    return n;
+  }
+};
+
+class ConnBodyReader : public BodyReader {
+ public:
+  ConnBodyReader(Conn& conn, uint64_t length, bool expect_continue)
+      : conn_(conn), remaining_(length), expect_continue_(expect_continue) {}
+  uint64_t remaining() const override { return remaining_; }
+  bool continue_pending() const { return expect_continue_; }
+
+  Status Read(uint8_t* dst, uint64_t n) override {
+    if (n > remaining_) return InvalidArgument("read past the end of the body");
+    if (expect_continue_) {
+      expect_continue_ = false;
+      if (!SendString(conn_.fd, "HTTP/1.1 100 Continue\r\n\r\n")) {
+        return Unavailable("connection lost sending 100 Continue");
+      }
+    }
+    uint64_t from_buf = std::min<uint64_t>(n, conn_.buffered());
+    if (from_buf > 0) {
+      std::memcpy(dst, conn_.buf.data() + conn_.start, from_buf);
+      conn_.start += from_buf;
+      dst += from_buf;
+      n -= from_buf;
+      remaining_ -= from_buf;
+    }
+    while (n > 0) {
+      size_t want = static_cast<size_t>(std::min<uint64_t>(n, 1ull << 30));
+      ssize_t got = ::recv(conn_.fd, dst, want, 0);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        return Unavailable(got == 0 ? "connection closed mid-body"
+                                    : "body read failed or timed out");
+      }
+      dst += got;
+      n -= got;
+      remaining_ -= got;
+    }
+    return Status::OK();
+  }
+
+ private:
+  Conn& conn_;
+  uint64_t remaining_;
+  bool expect_continue_;
+};
+
+enum class ParseResult { kOk, kBad, kTooLarge };
+
+ParseResult ParseHead(std::string_view head, HttpRequest* req, std::string* why) {
+  size_t eol = head.find("\r\n");
+  std::string_view line = head.substr(0, eol);
+  size_t sp1 = line.find(' ');
+  size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
+  if (sp1 == std::string_view::npos || sp2 == std::string_view::npos || sp1 == 0) {
+    *why = "malformed request line";
+    return ParseResult::kBad;
+  }
+  std::string_view method = line.substr(0, sp1);
+  std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  std::string_view version = line.substr(sp2 + 1);
+  if (!std::all_of(method.begin(), method.end(), [](unsigned char c) { return IsTokenChar(c); })) {
+    *why = "malformed method";
+    return ParseResult::kBad;
+  }
+  if (target.empty() || target[0] != '/' ||
+      std::any_of(target.begin(), target.end(),
+                  [](unsigned char c) { return c <= 0x20 || c == 0x7f; })) {
+    *why = "malformed request target";
+    return ParseResult::kBad;
+  }
+  if (version != "HTTP/1.1" && version != "HTTP/1.0") {
+    *why = "unsupported HTTP version";
+    return ParseResult::kBad;
+  }
+  req->method = method;
+  req->target = target;
+  size_t q = target.find('?');
+  req->raw_path = target.substr(0, q);
+  req->raw_query = q == std::string_view::npos ? std::string() : std::string(target.substr(q + 1));
+  req->keep_alive = version == "HTTP/1.1";
+
+  std::string_view rest = eol == std::string_view::npos ? std::string_view() : head.substr(eol + 2);
+  while (!rest.empty()) {
+    size_t e = rest.find("\r\n");
+    std::string_view h = rest.substr(0, e);
+    rest = e == std::string_view::npos ? std::string_view() : rest.substr(e + 2);
+    if (h.empty()) break;
+    size_t colon = h.find(':');
+    if (colon == std::string_view::npos || colon == 0 ||
+        !std::all_of(h.begin(), h.begin() + colon,
+                     [](unsigned char c) { return IsTokenChar(c); })) {
+      *why = "malformed header line";
+      return ParseResult::kBad;
+    }
+    std::string name(h.substr(0, colon));
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
+    std::string_view value = TrimOws(h.substr(colon + 1));
+    if (std::any_of(value.begin(), value.end(),
+                    [](unsigned char c) { return c == '\r' || c == '\n' || c == 0; })) {
+      *why = "malformed header value";
+      return ParseResult::kBad;
+    }
+    if (name == "content-length") {
+      if (value.empty() || value.size() > 19 ||
+          !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        *why = "malformed Content-Length";
+        return ParseResult::kBad;
+      }
+      uint64_t len = std::stoull(std::string(value));
+      if (req->has_content_length && len != req->content_length) {
+        *why = "conflicting Content-Length headers";
+        return ParseResult::kBad;
+      }
+      req->has_content_length = true;
+      req->content_length = len;
+    } else if (name == "connection") {
+      std::string v(value);
+      std::transform(v.begin(), v.end(), v.begin(),
+                     [](unsigned char c) { return std::tolower(c); });
+      if (v.find("close") != std::string::npos) req->keep_alive = false;
+      if (v.find("keep-alive") != std::string::npos) req->keep_alive = true;
+    }
+    req->headers.emplace_back(std::move(name), std::string(value));
+  }
+  return ParseResult::kOk;
+}
+
+void SetSocketTimeouts(int fd, std::chrono::milliseconds t) {
+  timeval tv{};
+  tv.tv_sec = t.count() / 1000;
+  tv.tv_usec = (t.count() % 1000) * 1000;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+}  // namespace
+
+HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler)
+    : options_(std::move(options)), handler_(std::move(handler)) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+Status HttpServer::Start() {
+  if (listen_fd_ >= 0) return FailedPrecondition("HTTP server already started");
+  if (options_.max_connections < 1) return InvalidArgument("max_connections must be >= 1");
+  in_addr addr4{};
+  if (::inet_pton(AF_INET, options_.host.c_str(), &addr4) != 1) {
+    return InvalidArgument("host must be an IPv4 address: " + options_.host);
+  }
+  if (options_.port < 0 || options_.port > 65535) return InvalidArgument("bad port");
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Internal(std::string("socket: ") + std::strerror(errno));
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr = addr4;
+  sa.sin_port = htons(static_cast<uint16_t>(options_.port));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    int e = errno;
+    ::close(fd);
+    return Unavailable("bind " + options_.host + ":" + std::to_string(options_.port) + ": " +
+                       std::strerror(e));
+  }
+  if (::listen(fd, 512) != 0) {
+    int e = errno;
+    ::close(fd);
+    return Internal(std::string("listen: ") + std::strerror(e));
+  }
+  socklen_t len = sizeof(sa);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  port_ = ntohs(sa.sin_port);
+  listen_fd_ = fd;
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC);
+  stopping_ = false;
+  acceptor_ = std::thread([this] { AcceptLoop(); });
+  return Status::OK();
+}
+
+void HttpServer::Stop() {
+  if (listen_fd_ < 0) return;
+  stopping_ = true;
+  uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof(one));
+  if (acceptor_.joinable()) acceptor_.join();
+  std::vector<std::thread> workers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int fd : active_fds_) ::shutdown(fd, SHUT_RDWR);
+    for (int fd : queue_) ::close(fd);
+    queue_.clear();
+    workers.swap(workers_);
+  }
+  cv_.notify_all();
+  for (auto& t : workers) t.join();
+  ::close(listen_fd_);
+  ::close(wake_fd_);
+  listen_fd_ = wake_fd_ = -1;
+}
+
+void HttpServer::AcceptLoop() {
+  while (!stopping_) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    int r = ::poll(fds, 2, -1);
+    if (r < 0 && errno != EINTR) break;
+    if (stopping_) break;
+    if (!(fds[0].revents & POLLIN)) continue;
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    SetSocketTimeouts(fd, options_.io_timeout);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (static_cast<int>(queue_.size()) >= options_.max_queued_connections) {
+      lock.unlock();
+      SendString(
+          fd, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+      ::close(fd);
+      continue;
+    }
+    queue_.push_back(fd);
+    if (idle_workers_ < static_cast<int>(queue_.size()) &&
+        static_cast<int>(workers_.size()) < options_.max_connections) {
+      workers_.emplace_back([this] { WorkerLoop(); });
+    }
+    lock.unlock();
+    cv_.notify_one();
+  }
+}
+
+void HttpServer::WorkerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    ++idle_workers_;
+    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    --idle_workers_;
+    if (stopping_) return;
+    int fd = queue_.front();
+    queue_.pop_front();
+    active_fds_.insert(fd);
+    lock.unlock();
+    ServeConnection(fd);
+    lock.lock();
+    active_fds_.erase(fd);
+    ::close(fd);
+  }
+}
+
+void HttpServer::ServeConnection(int fd) {
+  Conn conn{fd, {}, 0};
+  auto send_error = [&](int status, std::string_view text) {
+    std::pair<std::string, std::string> body{"text/plain", std::string(text) + "\n"};
+    if (options_.format_error) body = options_.format_error(status, text);
+    std::string head = "HTTP/1.1 " + std::to_string(status) + " " + std::string(Reason(status)) +
+                       "\r\nContent-Type: " + body.first +
+                       "\r\nContent-Length: " + std::to_string(body.second.size()) +
+                       "\r\nConnection: close\r\n\r\n" + body.second;
+    SendString(fd, head);
+  };
+  while (!stopping_) {
+    // Wait for the next request's first bytes (keep-alive idle limit).
+    if (conn.buffered() == 0) {
+      pollfd p{fd, POLLIN, 0};
+      int r = ::poll(&p, 1, static_cast<int>(options_.idle_timeout.count()));
+      if (r <= 0 || stopping_) return;
+      if (conn.Fill() <= 0) return;
+    }
+    // Read until the end of the header block.
+    size_t head_end;
+    while (true) {
+      std::string_view unread(conn.buf.data() + conn.start, conn.buffered());
+      head_end = unread.find("\r\n\r\n");
+      if (head_end != std::string_view::npos) break;
+      if (conn.buffered() > options_.max_header_bytes) {
+        send_error(431, "request header section too large");
+        return;
+      }
+      if (conn.Fill() <= 0) return;
+    }
+    if (head_end > options_.max_header_bytes) {
+      send_error(431, "request header section too large");
+      return;
+    }
+    HttpRequest req;
+    std::string why;
+    std::string_view head(conn.buf.data() + conn.start, head_end);
+    ParseResult pr = ParseHead(head, &req, &why);
+    conn.start += head_end + 4;
+    if (pr != ParseResult::kOk) {
+      send_error(400, why);
+      return;
+    }
+    if (req.Header("transfer-encoding") != nullptr) {
+      send_error(501, "Transfer-Encoding is not supported; send Content-Length");
+      return;
+    }
+    const std::string* expect = req.Header("expect");
+    bool expect_continue =
+        expect != nullptr && (*expect == "100-continue" || *expect == "100-Continue");
+    ConnBodyReader body(conn, req.has_content_length ? req.content_length : 0, expect_continue);
+
+    HttpResponse resp;
+    handler_(req, body, &resp);
+
+    if (!resp.omit_body) {
+      resp.content_length = 0;
+      for (const Buffer& b : resp.body) resp.content_length += b.size();
+    }
+    bool close = resp.close || !req.keep_alive || body.remaining() > 0 || stopping_;
+    std::string out =
+        "HTTP/1.1 " + std::to_string(resp.status) + " " + std::string(Reason(resp.status)) + "\r\n";
+    for (const auto& [k, v] : resp.headers) {
+      out += k;
+      out += ": ";
+      out += v;
+      out += "\r\n";
+    }
+    out += "Content-Length: " + std::to_string(resp.content_length) + "\r\n";
+    out += close ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
+
+    int64_t drop_after = -1;
+    if (options_.drop_after_body_bytes && !resp.omit_body && !resp.body.empty()) {
+      drop_after = options_.drop_after_body_bytes(req);
+    }
+    std::vector<iovec> iov;
+    iov.reserve(resp.body.size() + 1);
+    iov.push_back({out.data(), out.size()});
+    if (!resp.omit_body) {
+      uint64_t budget = drop_after >= 0 ? static_cast<uint64_t>(drop_after) : UINT64_MAX;
+      for (const Buffer& b : resp.body) {
+        uint64_t n = std::min<uint64_t>(b.size(), budget);
+        budget -= n;
+        // Very large segments are split so each iovec length fits comfortably.
+        const uint8_t* p = b.data();
+        while (n > 0) {
+          size_t chunk = static_cast<size_t>(std::min<uint64_t>(n, 1ull << 30));
+          iov.push_back({const_cast<uint8_t*>(p), chunk});
+          p += chunk;
+          n -= chunk;
+        }
+      }
+    }
+    if (!SendAll(fd, iov)) return;
+    if (drop_after >= 0) {
+      ::shutdown(fd, SHUT_RDWR);
+      return;
+    }
+    if (close) {
+      ::shutdown(fd, SHUT_WR);
+      return;
+    }
+  }
+}
+
+}  // namespace xsilo::s3

@@ -1,0 +1,121 @@
+// Private: a small HTTP/1.1 server on blocking sockets, made for large bodies.
+//
+// One acceptor thread hands connections to a bounded pool of worker threads
+// (grown lazily up to max_connections); a worker serves one keep-alive
+// connection at a time. Request bodies are read by the handler, straight
+// into a preallocated Buffer sized by Content-Length; response bodies are a
+// gather list of Buffers written with sendmsg, so a stored object (heap or
+// file mapping) goes to the socket with no intermediate copy.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "s3/sigv4.h"
+#include "xsilo/core/buffer.h"
+#include "xsilo/core/status.h"
+
+namespace xsilo::s3 {
+
+struct HttpRequest {
+  std::string method;
+  std::string target;     // raw request-target, e.g. "/b/k?uploads"
+  std::string raw_path;   // target before '?', still percent-encoded
+  std::string raw_query;  // target after '?'
+  Params headers;         // names lowercased, values trimmed, in arrival order
+  bool has_content_length = false;
+  uint64_t content_length = 0;
+  bool keep_alive = true;
+
+  // First value of a header (lowercase name), or nullptr.
+  const std::string* Header(std::string_view lower_name) const;
+};
+
+// Reads the request body for the handler. A handler that does not read the
+// whole body makes the server close the connection after the response.
+class BodyReader {
+ public:
+  virtual ~BodyReader() = default;
+  virtual uint64_t remaining() const = 0;
+  // Reads exactly n bytes (n <= remaining()) into dst.
+  virtual Status Read(uint8_t* dst, uint64_t n) = 0;
+  // Allocates one Buffer of remaining() bytes and reads the body into it.
+  Result<Buffer> ReadAll();
+};
+
+struct HttpResponse {
+  int status = 200;
+  Params headers;               // Content-Length and Connection are added by the server
+  std::vector<Buffer> body;     // gather list, written without copying
+  uint64_t content_length = 0;  // set from body unless omit_body
+  // HEAD: announce content_length but send no body.
+  bool omit_body = false;
+  bool close = false;  // close the connection after this response
+
+  void SetBody(std::string text);
+  void SetBody(std::vector<Buffer> segments);
+};
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";  // address to bind
+  int port = 0;                    // 0: pick an ephemeral port
+  uint64_t max_header_bytes = 64 << 10;
+  int max_connections = 64;           // worker threads; further connections wait in a queue
+  int max_queued_connections = 1024;  // beyond this, new connections get 503
+  std::chrono::milliseconds idle_timeout{60000};  // keep-alive idle limit
+  std::chrono::milliseconds io_timeout{60000};    // one blocked send/recv
+  // Test hook: if set and it returns n >= 0 for a request, the connection
+  // is closed after n bytes of that response's body were sent.
+  std::function<int64_t(const HttpRequest&)> drop_after_body_bytes;
+  // Body of errors the server answers itself (malformed request, header too
+  // large): returns {content type, body}. Default: plain text.
+  std::function<std::pair<std::string, std::string>(int status, std::string_view message)>
+      format_error;
+};
+
+using HttpHandler = std::function<void(const HttpRequest&, BodyReader&, HttpResponse*)>;
+
+class HttpServer {
+ public:
+  HttpServer(HttpServerOptions options, HttpHandler handler);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  Status Start();
+  // Closes the listener and every open connection, then joins all threads.
+  void Stop();
+  int port() const { return port_; }
+
+ private:
+  void AcceptLoop();
+  void WorkerLoop();
+  void ServeConnection(int fd);
+
+  HttpServerOptions options_;
+  HttpHandler handler_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;  // eventfd that wakes the acceptor on Stop
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread acceptor_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<int> queue_;
+  std::vector<std::thread> workers_;
+  int idle_workers_ = 0;
+  std::set<int> active_fds_;
+};
+
+}  // namespace xsilo::s3

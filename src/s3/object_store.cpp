@@ -1,0 +1,337 @@
+#include "s3/object_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "s3/errors.h"
+
+namespace xsilo::s3 {
+
+namespace {
+
+Status NoSuchBucket(const std::string& b) {
+  return S3Error("NoSuchBucket", "The specified bucket does not exist. (" + b + ")");
+}
+Status NoSuchKey(const std::string& b, const std::string& k) {
+  return S3Error("NoSuchKey", "The specified key does not exist. (" + b + "/" + k + ")");
+}
+
+class MemoryObjectStore : public ObjectStore {
+ public:
+  Status CreateBucket(const std::string& bucket) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (buckets_.count(bucket)) {
+      return S3Error("BucketAlreadyOwnedByYou", "bucket " + bucket + " already exists");
+    }
+    buckets_[bucket].created = std::time(nullptr);
+    return Status::OK();
+  }
+  Status DeleteBucket(const std::string& bucket) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = buckets_.find(bucket);
+    if (it == buckets_.end()) return NoSuchBucket(bucket);
+    if (!it->second.objects.empty()) {
+      return S3Error("BucketNotEmpty",
+                     "The bucket you tried to delete is not empty. (" + bucket + ")");
+    }
+    buckets_.erase(it);
+    return Status::OK();
+  }
+  Status HeadBucket(const std::string& bucket) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return buckets_.count(bucket) ? Status::OK() : NoSuchBucket(bucket);
+  }
+  Result<std::vector<BucketEntry>> ListBuckets() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<BucketEntry> out;
+    for (const auto& [name, b] : buckets_) out.push_back({name, b.created});
+    return out;
+  }
+  Status Put(const std::string& bucket, const std::string& key, StoredObject object) override {
+    StoredObject old;  // released outside the lock
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = buckets_.find(bucket);
+    if (it == buckets_.end()) return NoSuchBucket(bucket);
+    auto& slot = it->second.objects[key];
+    old = std::move(slot);
+    slot = std::move(object);
+    return Status::OK();
+  }
+  Result<StoredObject> Get(const std::string& bucket, const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = buckets_.find(bucket);
+    if (it == buckets_.end()) return NoSuchBucket(bucket);
+    auto o = it->second.objects.find(key);
+    if (o == it->second.objects.end()) return NoSuchKey(bucket, key);
+    return o->second;
+  }
+  Status Delete(const std::string& bucket, const std::string& key) override {
+    StoredObject old;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = buckets_.find(bucket);
+    if (it == buckets_.end()) return NoSuchBucket(bucket);
+    auto o = it->second.objects.find(key);
+    if (o != it->second.objects.end()) {
+      old = std::move(o->second);
+      it->second.objects.erase(o);
+    }
+    return Status::OK();
+  }
+  Result<std::vector<ObjectEntry>> List(const std::string& bucket,
+                                        const std::string& prefix) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = buckets_.find(bucket);
+    if (it == buckets_.end()) return NoSuchBucket(bucket);
+    std::vector<ObjectEntry> out;
+    for (auto o = it->second.objects.lower_bound(prefix); o != it->second.objects.end(); ++o) {
+      if (o->first.compare(0, prefix.size(), prefix) != 0) break;
+      out.push_back({o->first, o->second.size, o->second.etag, o->second.mtime});
+    }
+    return out;
+  }
+
+ private:
+  struct Bucket {
+    std::time_t created = 0;
+    std::map<std::string, StoredObject> objects;
+  };
+  std::mutex mu_;
+  std::map<std::string, Bucket> buckets_;
+};
+
+// Key -> one file name: bytes outside [A-Za-z0-9._-] (and a leading '.')
+// are %XX-escaped, so keys with '/' stay flat and never collide with the
+// store's own ".xsilo-*" entries.
+std::string EncodeKey(const std::string& key) {
+  static constexpr char kDigits[] = "0123456789ABCDEF";
+  std::string out;
+  for (size_t i = 0; i < key.size(); ++i) {
+    unsigned char c = key[i];
+    bool plain = std::isalnum(c) || c == '-' || c == '_' || (c == '.' && i > 0);
+    if (plain) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kDigits[c >> 4]);
+      out.push_back(kDigits[c & 15]);
+    }
+  }
+  return out;
+}
+
+bool DecodeKey(const std::string& name, std::string* key) {
+  key->clear();
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (name[i] != '%') {
+      key->push_back(name[i]);
+      continue;
+    }
+    if (i + 2 >= name.size()) return false;
+    auto hv = [](char c) {
+      return c >= '0' && c <= '9' ? c - '0' : (c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1);
+    };
+    int hi = hv(name[i + 1]), lo = hv(name[i + 2]);
+    if (hi < 0 || lo < 0) return false;
+    key->push_back(static_cast<char>(hi * 16 + lo));
+    i += 2;
+  }
+  return true;
+}
+
+Status WriteAll(int fd, const uint8_t* p, uint64_t n) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, std::min<uint64_t>(n, 1ull << 30));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0)
+      return ResourceExhausted(std::string("InternalError: write: ") + std::strerror(errno));
+    p += w;
+    n -= w;
+  }
+  return Status::OK();
+}
+
+class DirectoryObjectStore : public ObjectStore {
+ public:
+  explicit DirectoryObjectStore(std::string root) : root_(std::move(root)) {}
+
+  Status CreateBucket(const std::string& bucket) override {
+    std::string dir = BucketDir(bucket);
+    if (::mkdir(dir.c_str(), 0755) != 0) {
+      if (errno == EEXIST)
+        return S3Error("BucketAlreadyOwnedByYou", "bucket " + bucket + " already exists");
+      return S3Error("InternalError", "mkdir " + dir + ": " + std::strerror(errno));
+    }
+    ::mkdir((dir + "/.xsilo-tmp").c_str(), 0755);
+    ::mkdir((dir + "/.xsilo-meta").c_str(), 0755);
+    return Status::OK();
+  }
+  Status DeleteBucket(const std::string& bucket) override {
+    XSILO_RETURN_IF_ERROR(HeadBucket(bucket));
+    auto list = List(bucket, "");
+    if (!list.ok()) return list.status();
+    if (!list->empty()) {
+      return S3Error("BucketNotEmpty",
+                     "The bucket you tried to delete is not empty. (" + bucket + ")");
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(BucketDir(bucket), ec);
+    if (ec) return S3Error("InternalError", "remove " + bucket + ": " + ec.message());
+    return Status::OK();
+  }
+  Status HeadBucket(const std::string& bucket) override {
+    struct stat st {};
+    if (::stat(BucketDir(bucket).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return NoSuchBucket(bucket);
+    }
+    return Status::OK();
+  }
+  Result<std::vector<BucketEntry>> ListBuckets() override {
+    std::vector<BucketEntry> out;
+    DIR* d = ::opendir(root_.c_str());
+    if (!d) return S3Error("InternalError", "opendir " + root_);
+    while (dirent* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name.empty() || name[0] == '.') continue;
+      struct stat st {};
+      if (::stat((root_ + "/" + name).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        out.push_back({name, st.st_mtime});
+      }
+    }
+    ::closedir(d);
+    std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.name < b.name; });
+    return out;
+  }
+  Status Put(const std::string& bucket, const std::string& key, StoredObject object) override {
+    XSILO_RETURN_IF_ERROR(HeadBucket(bucket));
+    std::string name = EncodeKey(key);
+    if (name.size() > 240) return S3Error("KeyTooLongError", "Your key is too long");
+    std::string dir = BucketDir(bucket);
+    std::string tmp = dir + "/.xsilo-tmp/" + std::to_string(::getpid()) + "-" +
+                      std::to_string(counter_.fetch_add(1));
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return S3Error("InternalError", "open " + tmp + ": " + std::strerror(errno));
+    Status st;
+    for (const Buffer& b : object.segments) {
+      st = WriteAll(fd, b.data(), b.size());
+      if (!st.ok()) break;
+    }
+    ::close(fd);
+    if (st.ok()) {
+      // Metadata first: a reader that sees the new data finds its ETag.
+      std::string meta_tmp = tmp + ".meta";
+      {
+        std::ofstream m(meta_tmp, std::ios::binary | std::ios::trunc);
+        m << object.etag << "\n" << object.content_type << "\n" << object.checksum_sha256 << "\n";
+        for (const auto& [k, v] : object.user_metadata) m << k << "\t" << v << "\n";
+        if (!m) st = S3Error("InternalError", "write " + meta_tmp);
+      }
+      if (st.ok() && ::rename(meta_tmp.c_str(), (dir + "/.xsilo-meta/" + name).c_str()) != 0) {
+        st = S3Error("InternalError", std::string("rename: ") + std::strerror(errno));
+      }
+      if (st.ok() && ::rename(tmp.c_str(), (dir + "/" + name).c_str()) != 0) {
+        st = S3Error("InternalError", std::string("rename: ") + std::strerror(errno));
+      }
+    }
+    if (!st.ok()) ::unlink(tmp.c_str());
+    return st;
+  }
+  Result<StoredObject> Get(const std::string& bucket, const std::string& key) override {
+    XSILO_RETURN_IF_ERROR(HeadBucket(bucket));
+    std::string name = EncodeKey(key);
+    std::string path = BucketDir(bucket) + "/" + name;
+    struct stat st {};
+    if (name.size() > 240 || ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      return NoSuchKey(bucket, key);
+    }
+    StoredObject o;
+    o.mtime = st.st_mtime;
+    if (st.st_size > 0) {
+      auto mapped = Buffer::MapFile(path);
+      if (!mapped.ok()) {
+        // Replaced or removed between stat and open.
+        if (::access(path.c_str(), F_OK) != 0) return NoSuchKey(bucket, key);
+        return S3Error("InternalError", mapped.status().message());
+      }
+      o.size = mapped->size();
+      o.segments.push_back(std::move(mapped).value());
+    }
+    ReadMeta(bucket, name, &o);
+    return o;
+  }
+  Status Delete(const std::string& bucket, const std::string& key) override {
+    XSILO_RETURN_IF_ERROR(HeadBucket(bucket));
+    std::string name = EncodeKey(key);
+    if (name.size() > 240) return Status::OK();
+    ::unlink((BucketDir(bucket) + "/" + name).c_str());
+    ::unlink((BucketDir(bucket) + "/.xsilo-meta/" + name).c_str());
+    return Status::OK();
+  }
+  Result<std::vector<ObjectEntry>> List(const std::string& bucket,
+                                        const std::string& prefix) override {
+    XSILO_RETURN_IF_ERROR(HeadBucket(bucket));
+    std::string dir = BucketDir(bucket);
+    DIR* d = ::opendir(dir.c_str());
+    if (!d) return NoSuchBucket(bucket);
+    std::vector<ObjectEntry> out;
+    while (dirent* e = ::readdir(d)) {
+      std::string name = e->d_name;
+      if (name.empty() || name[0] == '.') continue;
+      std::string key;
+      if (!DecodeKey(name, &key) || key.compare(0, prefix.size(), prefix) != 0) continue;
+      struct stat st {};
+      if (::stat((dir + "/" + name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      StoredObject meta;
+      meta.mtime = st.st_mtime;
+      ReadMeta(bucket, name, &meta);
+      out.push_back({key, static_cast<uint64_t>(st.st_size), meta.etag, st.st_mtime});
+    }
+    ::closedir(d);
+    std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.key < b.key; });
+    return out;
+  }
+
+ private:
+  std::string BucketDir(const std::string& bucket) const { return root_ + "/" + bucket; }
+  void ReadMeta(const std::string& bucket, const std::string& name, StoredObject* o) const {
+    std::ifstream m(BucketDir(bucket) + "/.xsilo-meta/" + name, std::ios::binary);
+    std::string etag, type;
+    if (std::getline(m, etag) && !etag.empty()) o->etag = etag;
+    if (std::getline(m, type) && !type.empty()) o->content_type = type;
+    std::string line;
+    if (std::getline(m, line)) o->checksum_sha256 = line;
+    while (std::getline(m, line)) {
+      size_t tab = line.find('\t');
+      if (tab != std::string::npos)
+        o->user_metadata.emplace_back(line.substr(0, tab), line.substr(tab + 1));
+    }
+    if (o->etag.empty()) o->etag = "\"" + std::to_string(o->mtime) + "\"";
+  }
+
+  std::string root_;
+  std::atomic<uint64_t> counter_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<ObjectStore> NewMemoryObjectStore() {
+  return std::make_unique<MemoryObjectStore>();
+}
+
+Result<std::unique_ptr<ObjectStore>> NewDirectoryObjectStore(const std::string& root) {
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);
+  if (ec) return InvalidArgument("cannot create directory " + root + ": " + ec.message());
+  return std::unique_ptr<ObjectStore>(std::make_unique<DirectoryObjectStore>(root));
+}
+
+}  // namespace xsilo::s3

@@ -1,0 +1,66 @@
+// Private: where the embedded S3 server keeps buckets and objects.
+//
+// An object is a list of Buffers (a gather list): the memory store keeps the
+// Buffers the request bodies were read into (a multipart object keeps its
+// parts, never concatenated); the directory store hands out a file mapping.
+// Either way a GET writes the stored bytes to the socket without copying.
+// Errors are S3 errors (s3/errors.h): NoSuchBucket, NoSuchKey, ...
+#pragma once
+
+#include <ctime>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "xsilo/core/buffer.h"
+#include "xsilo/core/status.h"
+
+namespace xsilo::s3 {
+
+struct StoredObject {
+  std::vector<Buffer> segments;
+  uint64_t size = 0;
+  std::string etag;  // quoted, as S3 sends it
+  std::time_t mtime = 0;
+  std::string content_type = "application/octet-stream";
+  std::string checksum_sha256;  // base64, as given in x-amz-checksum-sha256 at PUT; may be ""
+  std::vector<std::pair<std::string, std::string>> user_metadata;  // x-amz-meta-* (lowercase)
+};
+
+struct ObjectEntry {
+  std::string key;
+  uint64_t size = 0;
+  std::string etag;
+  std::time_t mtime = 0;
+};
+
+struct BucketEntry {
+  std::string name;
+  std::time_t created = 0;
+};
+
+class ObjectStore {
+ public:
+  virtual ~ObjectStore() = default;
+  virtual Status CreateBucket(const std::string& bucket) = 0;
+  virtual Status DeleteBucket(const std::string& bucket) = 0;
+  virtual Status HeadBucket(const std::string& bucket) = 0;
+  virtual Result<std::vector<BucketEntry>> ListBuckets() = 0;
+  // Replaces the object atomically: readers see the old or the new one.
+  virtual Status Put(const std::string& bucket, const std::string& key, StoredObject object) = 0;
+  virtual Result<StoredObject> Get(const std::string& bucket, const std::string& key) = 0;
+  // Deleting a missing key succeeds, as in S3.
+  virtual Status Delete(const std::string& bucket, const std::string& key) = 0;
+  // All keys starting with `prefix`, sorted.
+  virtual Result<std::vector<ObjectEntry>> List(const std::string& bucket,
+                                                const std::string& prefix) = 0;
+};
+
+std::unique_ptr<ObjectStore> NewMemoryObjectStore();
+// Objects are files under `root`/<bucket>/, written to a temporary file and
+// renamed into place, so a reader never sees a partial object.
+Result<std::unique_ptr<ObjectStore>> NewDirectoryObjectStore(const std::string& root);
+
+}  // namespace xsilo::s3

@@ -1,0 +1,362 @@
+#include "s3/sigv4.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+namespace xsilo::s3 {
+
+namespace {
+bool Unreserved(unsigned char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '.' || c == '_' || c == '~';
+}
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+std::span<const uint8_t> Bytes(std::string_view s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+}  // namespace
+
+std::string UriEncode(std::string_view s, bool encode_slash) {
+  static constexpr char kDigits[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size() + s.size() / 2);
+  for (unsigned char c : s) {
+    if (Unreserved(c) || (c == '/' && !encode_slash)) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kDigits[c >> 4]);
+      out.push_back(kDigits[c & 15]);
+    }
+  }
+  return out;
+}
+
+bool UriDecode(std::string_view s, std::string* out) {
+  out->clear();
+  out->reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out->push_back(s[i]);
+      continue;
+    }
+    if (i + 2 >= s.size()) return false;
+    int hi = HexValue(s[i + 1]), lo = HexValue(s[i + 2]);
+    if (hi < 0 || lo < 0) return false;
+    out->push_back(static_cast<char>(hi * 16 + lo));
+    i += 2;
+  }
+  return true;
+}
+
+std::string CanonicalQuery(const Params& query, std::string_view skip) {
+  std::vector<std::pair<std::string, std::string>> enc;
+  enc.reserve(query.size());
+  for (const auto& [k, v] : query) {
+    if (!skip.empty() && k == skip) continue;
+    enc.emplace_back(UriEncode(k), UriEncode(v));
+  }
+  std::sort(enc.begin(), enc.end());
+  std::string out;
+  for (const auto& [k, v] : enc) {
+    if (!out.empty()) out.push_back('&');
+    out += k;
+    out.push_back('=');
+    out += v;
+  }
+  return out;
+}
+
+bool ParseQuery(std::string_view raw, Params* out) {
+  out->clear();
+  while (!raw.empty()) {
+    size_t amp = raw.find('&');
+    std::string_view item = raw.substr(0, amp);
+    raw = amp == std::string_view::npos ? std::string_view() : raw.substr(amp + 1);
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    std::string k, v;
+    if (!UriDecode(item.substr(0, eq), &k)) return false;
+    if (eq != std::string_view::npos && !UriDecode(item.substr(eq + 1), &v)) return false;
+    out->emplace_back(std::move(k), std::move(v));
+  }
+  return true;
+}
+
+std::string FormatAmzDate(std::time_t t) {
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%dT%H%M%SZ", &tm);
+  return buf;
+}
+
+std::string FormatDateStamp(std::time_t t) { return FormatAmzDate(t).substr(0, 8); }
+
+bool ParseAmzDate(std::string_view s, std::time_t* out) {
+  if (s.size() != 16 || s[8] != 'T' || s[15] != 'Z') return false;
+  for (size_t i = 0; i < 15; ++i) {
+    if (i == 8) continue;
+    if (s[i] < '0' || s[i] > '9') return false;
+  }
+  auto num = [&](size_t pos, size_t len) {
+    int v = 0;
+    for (size_t i = 0; i < len; ++i) v = v * 10 + (s[pos + i] - '0');
+    return v;
+  };
+  std::tm tm{};
+  tm.tm_year = num(0, 4) - 1900;
+  tm.tm_mon = num(4, 2) - 1;
+  tm.tm_mday = num(6, 2);
+  tm.tm_hour = num(9, 2);
+  tm.tm_min = num(11, 2);
+  tm.tm_sec = num(13, 2);
+  if (tm.tm_mon > 11 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 || tm.tm_min > 59 ||
+      tm.tm_sec > 60) {
+    return false;
+  }
+  *out = timegm(&tm);
+  return true;
+}
+
+std::string FormatHttpDate(std::time_t t) {
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  static constexpr const char* kDays[] = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+  static constexpr const char* kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                            "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%s, %02d %s %04d %02d:%02d:%02d GMT", kDays[tm.tm_wday],
+                tm.tm_mday, kMonths[tm.tm_mon], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
+                tm.tm_sec);
+  return buf;
+}
+
+std::string FormatIsoDate(std::time_t t) {
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S.000Z", &tm);
+  return buf;
+}
+
+std::string CanonicalHeaderValue(std::string_view v) {
+  v = Trim(v);
+  std::string out;
+  out.reserve(v.size());
+  bool space = false;
+  for (char c : v) {
+    if (c == ' ' || c == '\t') {
+      space = true;
+      continue;
+    }
+    if (space) out.push_back(' ');
+    space = false;
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::string CanonicalRequest(const CanonicalRequestParts& parts, std::string* signed_headers) {
+  Params headers = parts.headers;
+  for (auto& [k, v] : headers) {
+    std::transform(k.begin(), k.end(), k.begin(), [](unsigned char c) { return std::tolower(c); });
+    v = CanonicalHeaderValue(v);
+  }
+  std::stable_sort(headers.begin(), headers.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::string out;
+  out.reserve(256);
+  out += parts.method;
+  out += '\n';
+  out += parts.canonical_uri;
+  out += '\n';
+  out += parts.canonical_query;
+  out += '\n';
+  std::string names;
+  for (size_t i = 0; i < headers.size(); ++i) {
+    // Repeated headers join their values with commas.
+    if (i > 0 && headers[i].first == headers[i - 1].first) {
+      out.pop_back();
+      out += ',';
+      out += headers[i].second;
+      out += '\n';
+      continue;
+    }
+    out += headers[i].first;
+    out += ':';
+    out += headers[i].second;
+    out += '\n';
+    if (!names.empty()) names += ';';
+    names += headers[i].first;
+  }
+  out += '\n';
+  out += names;
+  out += '\n';
+  out += parts.payload_hash;
+  if (signed_headers) *signed_headers = std::move(names);
+  return out;
+}
+
+std::string CredentialScope(std::string_view date_stamp, std::string_view region,
+                            std::string_view service) {
+  std::string s;
+  s += date_stamp;
+  s += '/';
+  s += region;
+  s += '/';
+  s += service;
+  s += "/aws4_request";
+  return s;
+}
+
+std::string StringToSign(std::string_view amz_date, std::string_view scope,
+                         std::string_view canonical_request) {
+  std::string s;
+  s += kSigV4Algorithm;
+  s += '\n';
+  s += amz_date;
+  s += '\n';
+  s += scope;
+  s += '\n';
+  s += Hex(Sha256(canonical_request));
+  return s;
+}
+
+Sha256Digest SigningKey(std::string_view secret_key, std::string_view date_stamp,
+                        std::string_view region, std::string_view service) {
+  std::string k0 = "AWS4";
+  k0 += secret_key;
+  Sha256Digest k = HmacSha256(Bytes(k0), date_stamp);
+  k = HmacSha256(k, region);
+  k = HmacSha256(k, service);
+  return HmacSha256(k, "aws4_request");
+}
+
+std::string Signature(std::string_view secret_key, std::string_view date_stamp,
+                      std::string_view region, std::string_view service,
+                      std::string_view string_to_sign) {
+  return Hex(HmacSha256(SigningKey(secret_key, date_stamp, region, service), string_to_sign));
+}
+
+bool SecureEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+namespace {
+Status ParseCredential(std::string_view cred, SigV4Auth* out) {
+  // AK/date/region/service/aws4_request; the access key itself has no '/'.
+  std::vector<std::string_view> parts;
+  while (true) {
+    size_t slash = cred.find('/');
+    parts.push_back(cred.substr(0, slash));
+    if (slash == std::string_view::npos) break;
+    cred.remove_prefix(slash + 1);
+  }
+  if (parts.size() != 5 || parts[4] != "aws4_request" || parts[0].empty() || parts[1].size() != 8) {
+    return InvalidArgument("AuthorizationHeaderMalformed: bad Credential");
+  }
+  out->access_key = parts[0];
+  out->date_stamp = parts[1];
+  out->region = parts[2];
+  out->service = parts[3];
+  return Status::OK();
+}
+std::vector<std::string> SplitSemicolons(std::string_view s) {
+  std::vector<std::string> v;
+  while (!s.empty()) {
+    size_t p = s.find(';');
+    std::string name(Trim(s.substr(0, p)));
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
+    if (!name.empty()) v.push_back(std::move(name));
+    if (p == std::string_view::npos) break;
+    s.remove_prefix(p + 1);
+  }
+  return v;
+}
+}  // namespace
+
+Status ParseAuthorizationHeader(std::string_view value, SigV4Auth* out) {
+  *out = SigV4Auth{};
+  value = Trim(value);
+  if (value.substr(0, kSigV4Algorithm.size()) != kSigV4Algorithm) {
+    return InvalidArgument("AuthorizationHeaderMalformed: only AWS4-HMAC-SHA256 is supported");
+  }
+  value.remove_prefix(kSigV4Algorithm.size());
+  bool have_cred = false, have_signed = false, have_sig = false;
+  while (!value.empty()) {
+    size_t comma = value.find(',');
+    std::string_view item = Trim(value.substr(0, comma));
+    value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
+    size_t eq = item.find('=');
+    if (eq == std::string_view::npos) continue;
+    std::string_view k = Trim(item.substr(0, eq)), v = Trim(item.substr(eq + 1));
+    if (k == "Credential") {
+      XSILO_RETURN_IF_ERROR(ParseCredential(v, out));
+      have_cred = true;
+    } else if (k == "SignedHeaders") {
+      out->signed_headers = SplitSemicolons(v);
+      have_signed = true;
+    } else if (k == "Signature") {
+      out->signature = std::string(v);
+      have_sig = true;
+    }
+  }
+  if (!have_cred || !have_signed || !have_sig) {
+    return InvalidArgument(
+        "AuthorizationHeaderMalformed: missing Credential/SignedHeaders/Signature");
+  }
+  return Status::OK();
+}
+
+Status ParsePresignedQuery(const Params& query, SigV4Auth* out) {
+  *out = SigV4Auth{};
+  out->presigned = true;
+  std::string algorithm;
+  bool have_cred = false, have_expires = false;
+  for (const auto& [k, v] : query) {
+    if (k == "X-Amz-Algorithm") {
+      algorithm = v;
+    } else if (k == "X-Amz-Credential") {
+      XSILO_RETURN_IF_ERROR(ParseCredential(v, out));
+      have_cred = true;
+    } else if (k == "X-Amz-SignedHeaders") {
+      out->signed_headers = SplitSemicolons(v);
+    } else if (k == "X-Amz-Signature") {
+      out->signature = v;
+    } else if (k == "X-Amz-Date") {
+      out->amz_date = v;
+    } else if (k == "X-Amz-Expires") {
+      if (v.empty() || v.size() > 9 ||
+          !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        return InvalidArgument("AuthorizationQueryParametersError: bad X-Amz-Expires");
+      }
+      out->expires_seconds = std::stoll(v);
+      have_expires = true;
+    }
+  }
+  if (algorithm != kSigV4Algorithm || !have_cred || !have_expires || out->signature.empty() ||
+      out->amz_date.empty() || out->signed_headers.empty()) {
+    return InvalidArgument(
+        "AuthorizationQueryParametersError: X-Amz-Algorithm, X-Amz-Credential, X-Amz-Date, "
+        "X-Amz-Expires, X-Amz-SignedHeaders and X-Amz-Signature are required");
+  }
+  return Status::OK();
+}
+
+}  // namespace xsilo::s3

@@ -1,0 +1,505 @@
+// The S3 client against the embedded server: round trips of every size
+// class, multipart and parallel ranged transfers, faults, auth failures,
+// presigned URLs, checksums, credentials.
+#include "xsilo/s3/client.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+
+#include "s3/crypto.h"
+#include "transport/test_util.h"
+#include "xsilo/core/codec.h"
+#include "xsilo/s3/server.h"
+
+namespace xsilo {
+namespace {
+
+constexpr const char* kAk = "client-test-ak";
+constexpr const char* kSk = "client-test-sk";
+
+Buffer Pattern(uint64_t bytes, uint64_t seed) { return testing::PatternTensor(bytes, seed).data; }
+
+GatherList Gather(Buffer b) {
+  GatherList g;
+  g.Append(std::move(b));
+  return g;
+}
+
+class ClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    S3ServerOptions o;
+    o.access_key = kAk;
+    o.secret_key = kSk;
+    o.buckets = {"bkt"};
+    o.virtual_host_domain = "localhost";
+    o.fault_drop_after_body_bytes = [this](const S3FaultRequest& r) -> int64_t {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!r.range.empty()) ranges_seen_.push_back(r.range);
+      }
+      if (r.method != "GET" || r.range.empty()) return -1;
+      if (drops_left_.fetch_sub(1) > 0) return drop_after_.load();
+      drops_left_.fetch_add(1);
+      return -1;
+    };
+    auto s = S3Server::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(s).value();
+    client_ = MakeClient(kSk);
+  }
+  std::unique_ptr<S3Client> MakeClient(const std::string& secret, int max_retries = 3) {
+    S3ClientOptions co;
+    co.endpoint = server_->endpoint();
+    co.credentials = StaticCredentials({kAk, secret});
+    co.max_retries = max_retries;
+    co.retry_base_delay = std::chrono::milliseconds(5);
+    auto c = S3Client::Create(co);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return std::move(c).value();
+  }
+
+  std::unique_ptr<S3Server> server_;
+  std::unique_ptr<S3Client> client_;
+  std::atomic<int> drops_left_{0};
+  std::atomic<int64_t> drop_after_{0};
+  std::mutex mu_;
+  std::vector<std::string> ranges_seen_;
+};
+
+TEST_F(ClientTest, RoundTripSizes) {
+  for (uint64_t size : {uint64_t{0}, uint64_t{1}, uint64_t{100} << 20}) {
+    SCOPED_TRACE(size);
+    Buffer data = Pattern(size, size + 1);
+    std::string key = "obj-" + std::to_string(size);
+    auto put = client_->PutObject({.bucket = "bkt", .key = key, .body = Gather(data)});
+    ASSERT_TRUE(put.ok()) << put.status().ToString();
+    EXPECT_FALSE(put->etag.empty());
+    auto got = client_->GetObject({.bucket = "bkt", .key = key});
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_EQ(got->data.size(), size);
+    EXPECT_EQ(got->data.view(), data.view());
+    EXPECT_EQ(got->info.etag, put->etag);
+    auto head = client_->HeadObject({"bkt", key});
+    ASSERT_TRUE(head.ok());
+    EXPECT_EQ(head->size, size);
+    auto par = client_->DownloadObject(
+        {.bucket = "bkt", .key = key, .connections = 4, .range_size = 8 << 20});
+    ASSERT_TRUE(par.ok()) << par.status().ToString();
+    EXPECT_EQ(par->data.view(), data.view());
+  }
+}
+
+TEST_F(ClientTest, ObjectOver2GiBViaMultipartAndParallelRangedGet) {
+  const uint64_t size = (2ull << 30) + (5 << 20) + 17;
+  uint64_t want = 0;
+  {
+    Buffer data = Pattern(size, 42);
+    want = Checksum(data.span());
+    auto up = client_->UploadObject({.bucket = "bkt",
+                                     .key = "big",
+                                     .body = Gather(data),
+                                     .part_size = 256 << 20,
+                                     .concurrency = 4});
+    ASSERT_TRUE(up.ok()) << up.status().ToString();
+    EXPECT_NE(up->etag.find("-9"), std::string::npos) << up->etag;
+  }
+  auto head = client_->HeadObject({"bkt", "big"});
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->size, size);
+  auto got = client_->DownloadObject({.bucket = "bkt", .key = "big", .connections = 8});
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->data.size(), size);
+  EXPECT_EQ(Checksum(got->data.span()), want);
+  // A range straddling the 2 GiB mark.
+  auto mid = client_->GetObject(
+      {.bucket = "bkt", .key = "big", .offset = (2ull << 30) - 10, .length = 20});
+  ASSERT_TRUE(mid.ok());
+  EXPECT_EQ(mid->data.view(), got->data.view().substr((2ull << 30) - 10, 20));
+}
+
+TEST_F(ClientTest, PutFromGatherListWithoutFlattening) {
+  GatherList g;
+  g.Append(Buffer::CopyFrom("head-"));
+  g.Append(Pattern(3 << 20, 7));
+  g.Append(Buffer());
+  g.Append(Buffer::CopyFrom("-tail"));
+  ASSERT_TRUE(client_->PutObject({.bucket = "bkt", .key = "g", .body = g}).ok());
+  auto got = client_->GetObject({.bucket = "bkt", .key = "g"});
+  ASSERT_TRUE(got.ok());
+  auto flat = g.Flatten();
+  EXPECT_EQ(got->data.view(), flat->view());
+}
+
+TEST_F(ClientTest, RangedGet) {
+  Buffer data = Pattern(1000, 3);
+  ASSERT_TRUE(client_->PutObject({.bucket = "bkt", .key = "r", .body = Gather(data)}).ok());
+  auto mid = client_->GetObject({.bucket = "bkt", .key = "r", .offset = 100, .length = 50});
+  ASSERT_TRUE(mid.ok());
+  EXPECT_EQ(mid->data.view(), data.view().substr(100, 50));
+  EXPECT_EQ(mid->info.size, 1000u);
+  auto tail = client_->GetObject({.bucket = "bkt", .key = "r", .offset = 990});
+  ASSERT_TRUE(tail.ok());
+  EXPECT_EQ(tail->data.view(), data.view().substr(990));
+  auto past = client_->GetObject({.bucket = "bkt", .key = "r", .offset = 1000});
+  EXPECT_EQ(past.status().code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(S3ErrorCode(past.status()), "InvalidRange");
+}
+
+TEST_F(ClientTest, MissingKeyAndBucket) {
+  auto get = client_->GetObject({.bucket = "bkt", .key = "nope"});
+  EXPECT_EQ(get.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(S3ErrorCode(get.status()), "NoSuchKey");
+  auto head = client_->HeadObject({"bkt", "nope"});
+  EXPECT_EQ(head.status().code(), StatusCode::kNotFound);
+  auto nb = client_->GetObject({.bucket = "no-bucket", .key = "k"});
+  EXPECT_EQ(nb.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(S3ErrorCode(nb.status()), "NoSuchBucket");
+  EXPECT_EQ(client_->HeadBucket({"no-bucket"}).code(), StatusCode::kNotFound);
+  auto dl = client_->DownloadObject({.bucket = "bkt", .key = "nope"});
+  EXPECT_EQ(dl.status().code(), StatusCode::kNotFound);
+  // Deleting a missing key succeeds, as in S3.
+  EXPECT_TRUE(client_->DeleteObject({"bkt", "nope"}).ok());
+}
+
+TEST_F(ClientTest, WrongSecretIsPermissionDenied) {
+  auto bad = MakeClient("wrong-secret");
+  auto put = bad->PutObject({.bucket = "bkt", .key = "x", .body = Gather(Buffer::CopyFrom("x"))});
+  EXPECT_EQ(put.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(S3ErrorCode(put.status()), "SignatureDoesNotMatch") << put.status().ToString();
+  auto get = bad->GetObject({.bucket = "bkt", .key = "x"});
+  EXPECT_EQ(get.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(S3ErrorCode(get.status()), "SignatureDoesNotMatch");
+}
+
+TEST_F(ClientTest, BucketsAndDelete) {
+  ASSERT_TRUE(client_->CreateBucket({"second"}).ok());
+  EXPECT_TRUE(client_->HeadBucket({"second"}).ok());
+  Status again = client_->CreateBucket({"second"});
+  EXPECT_EQ(again.code(), StatusCode::kAlreadyExists);
+  ASSERT_TRUE(
+      client_->PutObject({.bucket = "second", .key = "k", .body = Gather(Buffer::CopyFrom("v"))})
+          .ok());
+  EXPECT_EQ(client_->DeleteBucket({"second"}).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(client_->DeleteObject({"second", "k"}).ok());
+  EXPECT_EQ(client_->GetObject({.bucket = "second", .key = "k"}).status().code(),
+            StatusCode::kNotFound);
+  EXPECT_TRUE(client_->DeleteBucket({"second"}).ok());
+  EXPECT_EQ(client_->HeadBucket({"second"}).code(), StatusCode::kNotFound);
+}
+
+TEST_F(ClientTest, ListObjectsV2) {
+  std::vector<std::string> keys = {"a/1", "a/2", "b/x y", "b/%z", "c", "d+e"};
+  for (const auto& k : keys) {
+    ASSERT_TRUE(
+        client_->PutObject({.bucket = "bkt", .key = k, .body = Gather(Buffer::CopyFrom(k))}).ok());
+  }
+  auto all = client_->ListObjects({.bucket = "bkt", .max_keys = 2, .fetch_all = true});
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  std::vector<std::string> listed;
+  for (const auto& o : all->objects) listed.push_back(o.key);
+  std::vector<std::string> sorted = keys;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(listed, sorted);
+  EXPECT_EQ(all->objects[0].size, 3u);
+  auto page = client_->ListObjects({.bucket = "bkt", .max_keys = 2});
+  ASSERT_TRUE(page.ok());
+  EXPECT_TRUE(page->truncated);
+  EXPECT_EQ(page->objects.size(), 2u);
+  auto grouped = client_->ListObjects({.bucket = "bkt", .delimiter = "/"});
+  ASSERT_TRUE(grouped.ok());
+  EXPECT_EQ(grouped->common_prefixes, (std::vector<std::string>{"a/", "b/"}));
+  ASSERT_EQ(grouped->objects.size(), 2u);
+  auto pre = client_->ListObjects({.bucket = "bkt", .prefix = "b/"});
+  ASSERT_TRUE(pre.ok());
+  ASSERT_EQ(pre->objects.size(), 2u);
+  EXPECT_EQ(pre->objects[0].key, "b/%z");
+  EXPECT_EQ(pre->objects[1].key, "b/x y");
+}
+
+TEST_F(ClientTest, MultipartUploadInParallel) {
+  Buffer data = Pattern((17 << 20) + 12345, 11);
+  auto up = client_->UploadObject({.bucket = "bkt",
+                                   .key = "mp",
+                                   .body = Gather(data),
+                                   .part_size = 5 << 20,
+                                   .concurrency = 3,
+                                   .checksum_sha256 = true});
+  ASSERT_TRUE(up.ok()) << up.status().ToString();
+  EXPECT_NE(up->etag.find("-4"), std::string::npos) << up->etag;  // 4 parts
+  auto got = client_->DownloadObject(
+      {.bucket = "bkt", .key = "mp", .connections = 5, .range_size = 3 << 20});
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->ranges, 6u);
+  EXPECT_EQ(got->data.view(), data.view());
+}
+
+TEST_F(ClientTest, MultipartFailureIsAbortedAndReported) {
+  // A server that rejects parts over 6 MiB makes the 8 MiB parts fail.
+  S3ServerOptions o;
+  o.access_key = kAk;
+  o.secret_key = kSk;
+  o.buckets = {"bkt"};
+  o.max_part_bytes = 6 << 20;
+  auto small = S3Server::Start(o);
+  ASSERT_TRUE(small.ok());
+  S3ClientOptions co;
+  co.endpoint = (*small)->endpoint();
+  co.credentials = StaticCredentials({kAk, kSk});
+  auto c = S3Client::Create(co);
+  ASSERT_TRUE(c.ok());
+  auto up = (*c)->UploadObject({.bucket = "bkt",
+                                .key = "big",
+                                .body = Gather(Pattern(20 << 20, 1)),
+                                .part_size = 8 << 20,
+                                .concurrency = 2});
+  EXPECT_EQ(up.status().code(), StatusCode::kResourceExhausted) << up.status().ToString();
+  EXPECT_EQ(S3ErrorCode(up.status()), "EntityTooLarge");
+  EXPECT_NE(up.status().message().find("aborted"), std::string::npos);
+  EXPECT_EQ((*c)->HeadObject({"bkt", "big"}).status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(ClientTest, RangeRetryResumesWhereTheConnectionDropped) {
+  Buffer data = Pattern(24 << 20, 5);
+  ASSERT_TRUE(client_->PutObject({.bucket = "bkt", .key = "flaky", .body = Gather(data)}).ok());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ranges_seen_.clear();
+  }
+  drop_after_ = (1 << 20) + 12345;
+  drops_left_ = 3;
+  auto got = client_->DownloadObject({.bucket = "bkt",
+                                      .key = "flaky",
+                                      .connections = 1,
+                                      .range_size = 8 << 20,
+                                      .max_range_retries = 5,
+                                      .retry_base_delay = std::chrono::milliseconds(1)});
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->data.view(), data.view());
+  EXPECT_EQ(got->range_retries, 3u);
+  // With one connection the ranges run in order: the first range is cut
+  // three times, each retry starting where the previous attempt stopped.
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSERT_GE(ranges_seen_.size(), 4u);
+  const uint64_t cut = (1 << 20) + 12345, end = (8 << 20) - 1;
+  EXPECT_EQ(ranges_seen_[0], "bytes=0-" + std::to_string(end));
+  EXPECT_EQ(ranges_seen_[1], "bytes=" + std::to_string(cut) + "-" + std::to_string(end));
+  EXPECT_EQ(ranges_seen_[2], "bytes=" + std::to_string(2 * cut) + "-" + std::to_string(end));
+  EXPECT_EQ(ranges_seen_[3], "bytes=" + std::to_string(3 * cut) + "-" + std::to_string(end));
+}
+
+TEST_F(ClientTest, RangeRetriesAreBounded) {
+  Buffer data = Pattern(4 << 20, 6);
+  ASSERT_TRUE(client_->PutObject({.bucket = "bkt", .key = "dead", .body = Gather(data)}).ok());
+  drop_after_ = 1000;
+  drops_left_ = 1000000;
+  auto got = client_->DownloadObject({.bucket = "bkt",
+                                      .key = "dead",
+                                      .connections = 2,
+                                      .range_size = 1 << 20,
+                                      .max_range_retries = 2,
+                                      .retry_base_delay = std::chrono::milliseconds(1)});
+  EXPECT_EQ(got.status().code(), StatusCode::kUnavailable) << got.status().ToString();
+  EXPECT_NE(got.status().message().find("after 2 retries"), std::string::npos);
+  drops_left_ = 0;
+}
+
+TEST_F(ClientTest, ChecksumsEndToEnd) {
+  Buffer data = Pattern(3 << 20, 9);
+  auto put = client_->PutObject({.bucket = "bkt",
+                                 .key = "ck",
+                                 .body = Gather(data),
+                                 .checksum_sha256 = true,
+                                 .content_md5 = true});
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  std::string sha = s3::Base64Of(s3::Sha256(data.span()));
+  EXPECT_EQ(put->checksum_sha256, sha);
+  auto got = client_->GetObject({.bucket = "bkt", .key = "ck", .verify_checksum = true});
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->info.checksum_sha256, sha);
+  auto dl = client_->DownloadObject({.bucket = "bkt",
+                                     .key = "ck",
+                                     .connections = 3,
+                                     .range_size = 1 << 20,
+                                     .verify_checksum = true});
+  ASSERT_TRUE(dl.ok()) << dl.status().ToString();
+  std::string wrong = s3::Base64Of(s3::Sha256(std::string_view("other")));
+  auto bad = client_->GetObject({.bucket = "bkt", .key = "ck", .expected_sha256 = wrong});
+  EXPECT_EQ(bad.status().code(), StatusCode::kCorrupt);
+  auto bad2 = client_->DownloadObject({.bucket = "bkt", .key = "ck", .expected_sha256 = wrong});
+  EXPECT_EQ(bad2.status().code(), StatusCode::kCorrupt);
+}
+
+TEST_F(ClientTest, MetadataAndContentType) {
+  auto put = client_->PutObject({.bucket = "bkt",
+                                 .key = "meta",
+                                 .body = Gather(Buffer::CopyFrom("m")),
+                                 .content_type = "application/x-safetensors",
+                                 .metadata = {{"Round", "7"}, {"sender", "rank-3"}}});
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  auto head = client_->HeadObject({"bkt", "meta"});
+  ASSERT_TRUE(head.ok());
+  EXPECT_EQ(head->content_type, "application/x-safetensors");
+  EXPECT_EQ(head->metadata, (std::vector<std::pair<std::string, std::string>>{
+                                {"round", "7"}, {"sender", "rank-3"}}));
+}
+
+TEST_F(ClientTest, PresignedUrlsNeedNoCredentials) {
+  Buffer data = Pattern(2 << 20, 4);
+  auto put_url = client_->PresignUrl(
+      {.method = "PUT", .bucket = "bkt", .key = "pre/obj 1", .expires = std::chrono::seconds(60)});
+  ASSERT_TRUE(put_url.ok());
+  ASSERT_TRUE(HttpPutUrl(*put_url, Gather(data)).ok());
+  auto get_url = client_->PresignUrl({.bucket = "bkt", .key = "pre/obj 1"});
+  ASSERT_TRUE(get_url.ok());
+  auto got = HttpGetUrl(*get_url);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->view(), data.view());
+  // A plain curl, with no credentials at all, works too.
+  std::string tmp =
+      (std::filesystem::temp_directory_path() / ("xsilo-presign-" + std::to_string(::getpid())))
+          .string();
+  std::string cmd = "curl -sf -o '" + tmp + "' '" + *get_url + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(tmp, std::ios::binary);
+  std::string fetched((std::istreambuf_iterator<char>(in)), {});
+  std::filesystem::remove(tmp);
+  EXPECT_EQ(fetched, data.view());
+  // Expired.
+  auto old = client_->PresignUrl({.bucket = "bkt",
+                                  .key = "pre/obj 1",
+                                  .expires = std::chrono::seconds(60),
+                                  .signing_time = std::time(nullptr) - 120});
+  ASSERT_TRUE(old.ok());
+  auto expired = HttpGetUrl(*old);
+  EXPECT_EQ(expired.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(S3ErrorCode(expired.status()), "AccessDenied");
+  EXPECT_NE(expired.status().message().find("Request has expired"), std::string::npos);
+  std::string cmd2 = "curl -s -o /dev/null -w '%{http_code}' '" + *old + "' > '" + tmp + "'";
+  ASSERT_EQ(std::system(cmd2.c_str()), 0);
+  std::ifstream code_in(tmp);
+  std::string code;
+  code_in >> code;
+  std::filesystem::remove(tmp);
+  EXPECT_EQ(code, "403");
+}
+
+TEST_F(ClientTest, VirtualHostedAddressing) {
+  S3ClientOptions co;
+  co.endpoint = "http://localhost:" + std::to_string(server_->port());
+  co.addressing = S3Addressing::kVirtualHost;
+  co.credentials = StaticCredentials({kAk, kSk});
+  auto c = S3Client::Create(co);
+  ASSERT_TRUE(c.ok());
+  auto put = (*c)->PutObject(
+      {.bucket = "bkt", .key = "vh/key", .body = Gather(Buffer::CopyFrom("virtual"))});
+  ASSERT_TRUE(put.ok()) << put.status().ToString();
+  auto url = (*c)->PresignUrl({.bucket = "bkt", .key = "vh/key"});
+  ASSERT_TRUE(url.ok());
+  EXPECT_EQ(url->rfind("http://bkt.localhost:", 0), 0u) << *url;
+  // Path style sees the same object.
+  auto got = client_->GetObject({.bucket = "bkt", .key = "vh/key"});
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->data.view(), "virtual");
+}
+
+TEST_F(ClientTest, ArgumentsAreValidatedBeforeIo) {
+  // An endpoint nobody listens on: validation errors must come first.
+  S3ClientOptions co;
+  co.endpoint = "http://127.0.0.1:" + std::to_string(testing::FreeTcpPort());
+  co.credentials = StaticCredentials({kAk, kSk});
+  co.max_retries = 0;
+  auto c = S3Client::Create(co);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ((*c)->GetObject({.bucket = "b", .key = "k"}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ((*c)->GetObject({.bucket = "bkt", .key = ""}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ((*c)->UploadObject({.bucket = "bkt", .key = "k", .part_size = 1024}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ((*c)->DownloadObject({.bucket = "bkt", .key = "k", .connections = 0}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ((*c)->PresignUrl({.bucket = "bkt", .key = "k", .expires = std::chrono::seconds(0)})
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ((*c)->GetObject({.bucket = "bkt", .key = "k"}).status().code(),
+            StatusCode::kUnavailable);
+  EXPECT_FALSE(S3Client::Create({.endpoint = "ftp://x"}).ok());
+  EXPECT_FALSE(S3Client::Create({.endpoint = "http://host/path"}).ok());
+}
+
+TEST(S3ClientPresign, MatchesAwsDocumentedExample) {
+  S3ClientOptions co;
+  co.endpoint = "https://s3.amazonaws.com";
+  co.credentials =
+      StaticCredentials({"AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"});
+  auto c = S3Client::Create(co);
+  ASSERT_TRUE(c.ok());
+  auto url = (*c)->PresignUrl({.bucket = "examplebucket",
+                               .key = "test.txt",
+                               .expires = std::chrono::seconds(86400),
+                               .signing_time = 1369353600});
+  ASSERT_TRUE(url.ok());
+  EXPECT_EQ(*url,
+            "https://examplebucket.s3.amazonaws.com/test.txt?X-Amz-Algorithm=AWS4-HMAC-SHA256"
+            "&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20130524%2Fus-east-1%2Fs3%2Faws4_request"
+            "&X-Amz-Date=20130524T000000Z&X-Amz-Expires=86400&X-Amz-SignedHeaders=host"
+            "&X-Amz-Signature=aeeed9bbccd4d02ee5c0109b86d86835f995330da4c265957d157751f604d404");
+}
+
+TEST(S3Credentials, ProviderChain) {
+  auto dir = std::filesystem::temp_directory_path() / ("xsilo-creds-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string file = (dir / "credentials").string();
+  {
+    std::ofstream out(file);
+    out << "# comment\n[default]\naws_access_key_id = DEF\naws_secret_access_key = defsecret\n\n"
+           "[profile other]\naws_access_key_id=OTH\naws_secret_access_key=othsecret\n"
+           "aws_session_token=tok\n";
+  }
+  auto def = SharedFileCredentials(file, "default")->Get();
+  ASSERT_TRUE(def.ok());
+  EXPECT_EQ(def->access_key_id, "DEF");
+  EXPECT_EQ(def->secret_access_key, "defsecret");
+  auto other = SharedFileCredentials(file, "other")->Get();
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->session_token, "tok");
+  EXPECT_EQ(SharedFileCredentials(file, "missing")->Get().status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(SharedFileCredentials((dir / "nope").string())->Get().status().code(),
+            StatusCode::kNotFound);
+
+  ::setenv("AWS_ACCESS_KEY_ID", "ENVKEY", 1);
+  ::setenv("AWS_SECRET_ACCESS_KEY", "envsecret", 1);
+  ::setenv("AWS_SESSION_TOKEN", "envtok", 1);
+  auto chain = CredentialsChain({EnvironmentCredentials(), SharedFileCredentials(file)});
+  auto env = chain->Get();
+  ASSERT_TRUE(env.ok());
+  EXPECT_EQ(env->access_key_id, "ENVKEY");
+  EXPECT_EQ(env->session_token, "envtok");
+  ::unsetenv("AWS_ACCESS_KEY_ID");
+  ::unsetenv("AWS_SECRET_ACCESS_KEY");
+  ::unsetenv("AWS_SESSION_TOKEN");
+  ::setenv("AWS_SHARED_CREDENTIALS_FILE", file.c_str(), 1);
+  ::setenv("AWS_PROFILE", "other", 1);
+  auto fallback = DefaultCredentialsChain()->Get();
+  ASSERT_TRUE(fallback.ok());
+  EXPECT_EQ(fallback->access_key_id, "OTH");
+  ::unsetenv("AWS_SHARED_CREDENTIALS_FILE");
+  ::unsetenv("AWS_PROFILE");
+  auto explicit_first =
+      CredentialsChain({StaticCredentials({"X", "Y"}), SharedFileCredentials(file)})->Get();
+  EXPECT_EQ(explicit_first->access_key_id, "X");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace xsilo

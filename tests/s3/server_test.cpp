@@ -1,0 +1,284 @@
+// The embedded S3 server at the HTTP level: raw requests, signed by hand,
+// malformed on purpose. Client-level behaviour is in client_test.cpp.
+#include "xsilo/s3/server.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "s3/raw_http.h"
+#include "transport/test_util.h"
+
+namespace xsilo {
+namespace {
+
+using s3::testing::PresignedTarget;
+using s3::testing::RawExchange;
+using s3::testing::RawResponse;
+using s3::testing::SignedRequest;
+
+constexpr const char* kAk = "test-access";
+constexpr const char* kSk = "test-secret";
+
+class ServerTest : public ::testing::TestWithParam<bool> {  // param: directory storage
+ protected:
+  void SetUp() override {
+    S3ServerOptions o;
+    o.access_key = kAk;
+    o.secret_key = kSk;
+    o.buckets = {"bkt"};
+    o.max_header_bytes = 8192;
+    o.max_object_bytes = 1 << 20;
+    if (GetParam()) {
+      dir_ = std::filesystem::temp_directory_path() /
+             ("xsilo-s3-server-test-" + std::to_string(::getpid()));
+      o.directory = dir_.string();
+    }
+    auto s = S3Server::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server_ = std::move(s).value();
+    port_ = server_->port();
+  }
+  void TearDown() override {
+    server_.reset();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+  RawResponse Signed(const std::string& method, const std::string& path,
+                     const std::string& query = "", const std::string& body = "",
+                     const std::string& secret = kSk, const std::string& extra = "") {
+    return RawExchange(port_, SignedRequest(port_, method, path, query, body, kAk, secret,
+                                            "us-east-1", "UNSIGNED-PAYLOAD", extra));
+  }
+  bool StillServing() {
+    RawResponse r = Signed("PUT", "/bkt/alive", "", "ok");
+    if (r.status != 200) return false;
+    return Signed("GET", "/bkt/alive").body == "ok";
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<S3Server> server_;
+  int port_ = 0;
+};
+
+TEST_P(ServerTest, ReportsEphemeralPort) {
+  EXPECT_GT(port_, 0);
+  EXPECT_EQ(server_->endpoint(), "http://127.0.0.1:" + std::to_string(port_));
+}
+
+TEST_P(ServerTest, PutGetHeadDeleteRange) {
+  EXPECT_EQ(Signed("PUT", "/bkt/dir/a b.txt", "", "0123456789").status, 200);
+  RawResponse g = Signed("GET", "/bkt/dir/a b.txt");
+  EXPECT_EQ(g.status, 200);
+  EXPECT_EQ(g.body, "0123456789");
+  EXPECT_FALSE(g.Header("etag").empty());
+  RawResponse r = Signed("GET", "/bkt/dir/a b.txt", "", "", kSk, "Range: bytes=2-4\r\n");
+  EXPECT_EQ(r.status, 206);
+  EXPECT_EQ(r.body, "234");
+  EXPECT_EQ(r.Header("content-range"), "bytes 2-4/10");
+  RawResponse tail = Signed("GET", "/bkt/dir/a b.txt", "", "", kSk, "Range: bytes=-3\r\n");
+  EXPECT_EQ(tail.body, "789");
+  RawResponse open = Signed("GET", "/bkt/dir/a b.txt", "", "", kSk, "Range: bytes=7-\r\n");
+  EXPECT_EQ(open.body, "789");
+  RawResponse bad = Signed("GET", "/bkt/dir/a b.txt", "", "", kSk, "Range: bytes=10-20\r\n");
+  EXPECT_EQ(bad.status, 416);
+  EXPECT_NE(bad.body.find("<Code>InvalidRange</Code>"), std::string::npos);
+  EXPECT_EQ(bad.Header("content-range"), "bytes */10");
+  RawResponse h = Signed("HEAD", "/bkt/dir/a b.txt");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(h.Header("content-length"), "10");
+  EXPECT_TRUE(h.body.empty());
+  EXPECT_EQ(Signed("DELETE", "/bkt/dir/a b.txt").status, 204);
+  RawResponse gone = Signed("GET", "/bkt/dir/a b.txt");
+  EXPECT_EQ(gone.status, 404);
+  EXPECT_NE(gone.body.find("<Code>NoSuchKey</Code>"), std::string::npos);
+}
+
+TEST_P(ServerTest, EmptyObject) {
+  EXPECT_EQ(Signed("PUT", "/bkt/empty").status, 200);
+  RawResponse g = Signed("GET", "/bkt/empty");
+  EXPECT_EQ(g.status, 200);
+  EXPECT_EQ(g.Header("content-length"), "0");
+  EXPECT_EQ(Signed("GET", "/bkt/empty", "", "", kSk, "Range: bytes=0-0\r\n").status, 416);
+}
+
+TEST_P(ServerTest, BucketLifecycle) {
+  EXPECT_EQ(Signed("PUT", "/newbucket").status, 200);
+  EXPECT_EQ(Signed("HEAD", "/newbucket").status, 200);
+  RawResponse again = Signed("PUT", "/newbucket");
+  EXPECT_EQ(again.status, 409);
+  EXPECT_NE(again.body.find("BucketAlreadyOwnedByYou"), std::string::npos);
+  EXPECT_EQ(Signed("PUT", "/newbucket/k", "", "x").status, 200);
+  RawResponse notempty = Signed("DELETE", "/newbucket");
+  EXPECT_EQ(notempty.status, 409);
+  EXPECT_NE(notempty.body.find("BucketNotEmpty"), std::string::npos);
+  EXPECT_EQ(Signed("DELETE", "/newbucket/k").status, 204);
+  EXPECT_EQ(Signed("DELETE", "/newbucket").status, 204);
+  RawResponse nb = Signed("GET", "/newbucket/k");
+  EXPECT_EQ(nb.status, 404);
+  EXPECT_NE(nb.body.find("<Code>NoSuchBucket</Code>"), std::string::npos);
+  EXPECT_EQ(Signed("PUT", "/Bad_Name").status, 400);
+  RawResponse list = Signed("GET", "/");
+  EXPECT_EQ(list.status, 200);
+  EXPECT_NE(list.body.find("<Name>bkt</Name>"), std::string::npos);
+}
+
+TEST_P(ServerTest, ListObjectsV2WithDelimiterAndPaging) {
+  for (const char* k : {"a/1", "a/2", "b/1", "c", "d"}) {
+    ASSERT_EQ(Signed("PUT", std::string("/bkt/") + k, "", "x").status, 200);
+  }
+  RawResponse r = Signed("GET", "/bkt", "delimiter=%2F&list-type=2");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find("<CommonPrefixes><Prefix>a/</Prefix></CommonPrefixes>"), std::string::npos);
+  EXPECT_NE(r.body.find("<CommonPrefixes><Prefix>b/</Prefix></CommonPrefixes>"), std::string::npos);
+  EXPECT_NE(r.body.find("<Key>c</Key>"), std::string::npos);
+  EXPECT_EQ(r.body.find("<Key>a/1</Key>"), std::string::npos);
+  RawResponse p = Signed("GET", "/bkt", "list-type=2&max-keys=2");
+  EXPECT_NE(p.body.find("<IsTruncated>true</IsTruncated>"), std::string::npos);
+  EXPECT_NE(p.body.find("<Key>a/2</Key>"), std::string::npos);
+  size_t t0 = p.body.find("<NextContinuationToken>") + 23;
+  std::string token = p.body.substr(t0, p.body.find("</NextContinuationToken>") - t0);
+  RawResponse p2 = Signed(
+      "GET", "/bkt", "continuation-token=" + s3::UriEncode(token) + "&list-type=2&max-keys=10");
+  EXPECT_EQ(p2.status, 200) << p2.body;
+  EXPECT_NE(p2.body.find("<Key>b/1</Key>"), std::string::npos);
+  EXPECT_EQ(p2.body.find("<Key>a/2</Key>"), std::string::npos);
+  EXPECT_NE(p2.body.find("<KeyCount>3</KeyCount>"), std::string::npos);
+}
+
+TEST_P(ServerTest, WrongSecretIsSignatureDoesNotMatch) {
+  RawResponse r = Signed("GET", "/bkt/x", "", "", "not-the-secret");
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(r.body.find("<Code>SignatureDoesNotMatch</Code>"), std::string::npos);
+}
+
+TEST_P(ServerTest, UnknownAccessKeyAndUnsignedAreRejected) {
+  RawResponse r =
+      RawExchange(port_, SignedRequest(port_, "GET", "/bkt/x", "", "", "someone-else", kSk));
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(r.body.find("InvalidAccessKeyId"), std::string::npos);
+  RawResponse anon = RawExchange(port_, "GET /bkt/x HTTP/1.1\r\nHost: a\r\n\r\n");
+  EXPECT_EQ(anon.status, 403);
+  EXPECT_NE(anon.body.find("AccessDenied"), std::string::npos);
+}
+
+TEST_P(ServerTest, SkewedClockIsRejected) {
+  RawResponse r =
+      RawExchange(port_, SignedRequest(port_, "GET", "/bkt/x", "", "", kAk, kSk, "us-east-1",
+                                       "UNSIGNED-PAYLOAD", "", std::time(nullptr) - 3600));
+  EXPECT_EQ(r.status, 403);
+  EXPECT_NE(r.body.find("RequestTimeTooSkewed"), std::string::npos);
+}
+
+TEST_P(ServerTest, PayloadSha256IsVerified) {
+  std::string body = "Welcome to Amazon S3.";
+  std::string good = "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072";
+  RawResponse ok = RawExchange(
+      port_, SignedRequest(port_, "PUT", "/bkt/w", "", body, kAk, kSk, "us-east-1", good));
+  EXPECT_EQ(ok.status, 200);
+  std::string bad = std::string(63, '0') + "1";
+  RawResponse r = RawExchange(
+      port_, SignedRequest(port_, "PUT", "/bkt/w2", "", body, kAk, kSk, "us-east-1", bad));
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("XAmzContentSHA256Mismatch"), std::string::npos);
+  EXPECT_EQ(Signed("GET", "/bkt/w2").status, 404);
+}
+
+TEST_P(ServerTest, ContentMd5AndChecksumAreVerified) {
+  // MD5("hello") = 5d41402abc4b2a76b9719d911017c592
+  RawResponse ok =
+      Signed("PUT", "/bkt/m", "", "hello", kSk, "Content-MD5: XUFAKrxLKna5cZ2REBfFkg==\r\n");
+  EXPECT_EQ(ok.status, 200);
+  RawResponse bad =
+      Signed("PUT", "/bkt/m2", "", "hellO", kSk, "Content-MD5: XUFAKrxLKna5cZ2REBfFkg==\r\n");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("BadDigest"), std::string::npos);
+  // SHA-256("hello") in base64.
+  std::string sha = "LPJNul+wow4m6DsqxbninhsWHlwfp0JecwQzYpOLmCQ=";
+  RawResponse ok2 =
+      Signed("PUT", "/bkt/c", "", "hello", kSk, "x-amz-checksum-sha256: " + sha + "\r\n");
+  EXPECT_EQ(ok2.status, 200);
+  EXPECT_EQ(ok2.Header("x-amz-checksum-sha256"), sha);
+  RawResponse bad2 =
+      Signed("PUT", "/bkt/c2", "", "hellO", kSk, "x-amz-checksum-sha256: " + sha + "\r\n");
+  EXPECT_EQ(bad2.status, 400);
+  EXPECT_NE(bad2.body.find("BadDigest"), std::string::npos);
+}
+
+TEST_P(ServerTest, PresignedUrlWorksUntilItExpires) {
+  ASSERT_EQ(Signed("PUT", "/bkt/p", "", "presigned!").status, 200);
+  std::string fresh = PresignedTarget(port_, "GET", "/bkt/p", kAk, kSk, 60, std::time(nullptr));
+  RawResponse ok = RawExchange(
+      port_, "GET " + fresh + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port_) + "\r\n\r\n");
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_EQ(ok.body, "presigned!");
+  std::string old = PresignedTarget(port_, "GET", "/bkt/p", kAk, kSk, 60, std::time(nullptr) - 120);
+  RawResponse expired = RawExchange(
+      port_, "GET " + old + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port_) + "\r\n\r\n");
+  EXPECT_EQ(expired.status, 403);
+  EXPECT_NE(expired.body.find("<Code>AccessDenied</Code>"), std::string::npos);
+  EXPECT_NE(expired.body.find("Request has expired"), std::string::npos);
+  // Tampering with the query breaks the signature.
+  std::string tampered = fresh;
+  tampered.replace(tampered.find("X-Amz-Expires=60"), 16, "X-Amz-Expires=99");
+  RawResponse t = RawExchange(port_, "GET " + tampered + " HTTP/1.1\r\nHost: 127.0.0.1:" +
+                                         std::to_string(port_) + "\r\n\r\n");
+  EXPECT_EQ(t.status, 403);
+  EXPECT_NE(t.body.find("SignatureDoesNotMatch"), std::string::npos);
+}
+
+TEST_P(ServerTest, MalformedRequestsGet400AndServerKeepsServing) {
+  const char* bad[] = {
+      "GARBAGE\r\n\r\n",
+      "GET\r\n\r\n",
+      "GET /bkt/x HTTP/9.9\r\n\r\n",
+      "GET bkt HTTP/1.1\r\n\r\n",
+      "GET /bkt/x HTTP/1.1\r\nNoColonHeader\r\n\r\n",
+      "PUT /bkt/x HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
+      "PUT /bkt/x HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+      "G(T /bkt/x HTTP/1.1\r\n\r\n",
+      "GET /bkt/%zz HTTP/1.1\r\nHost: x\r\n\r\n",
+  };
+  for (const char* b : bad) {
+    RawResponse r = RawExchange(port_, b);
+    EXPECT_EQ(r.status, 400) << b;
+  }
+  // Oversized header section.
+  std::string big = "GET /bkt/x HTTP/1.1\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n";
+  EXPECT_EQ(RawExchange(port_, big).status, 431);
+  // Truncated requests and early disconnects.
+  EXPECT_EQ(RawExchange(port_, "GET /bkt/x HT", 300).status, 0);
+  std::string cut = SignedRequest(port_, "PUT", "/bkt/cut", "", "0123456789", kAk, kSk);
+  EXPECT_EQ(RawExchange(port_, cut.substr(0, cut.size() - 5), 300).status, 0);
+  // Binary junk.
+  std::string junk(4096, '\0');
+  for (size_t i = 0; i < junk.size(); ++i) junk[i] = static_cast<char>(i * 131 + 7);
+  RawExchange(port_, junk + "\r\n\r\n", 1000);
+  EXPECT_TRUE(StillServing());
+}
+
+TEST_P(ServerTest, ObjectSizeLimitIsEnforced) {
+  std::string req = SignedRequest(port_, "PUT", "/bkt/huge", "", "", kAk, kSk);
+  req.replace(req.find("Content-Length: 0"), 17, "Content-Length: 99999999");
+  RawResponse r = RawExchange(port_, req);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("EntityTooLarge"), std::string::npos);
+  EXPECT_TRUE(StillServing());
+}
+
+TEST_P(ServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
+  std::string two = SignedRequest(port_, "PUT", "/bkt/ka", "", "abc", kAk, kSk);
+  two.replace(two.find("Connection: close"), 17, "Connection: keep-alive");
+  two += SignedRequest(port_, "GET", "/bkt/ka", "", "", kAk, kSk);
+  // Read until the server closes after the second (Connection: close) answer.
+  RawResponse r = RawExchange(port_, two, 10000, /*until_close=*/true);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find("HTTP/1.1 200 OK"), std::string::npos);
+  EXPECT_NE(r.body.find("abc"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Storage, ServerTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Directory" : "Memory"; });
+
+}  // namespace
+}  // namespace xsilo
