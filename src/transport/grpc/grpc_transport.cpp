@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "transport/grpc/link.grpc.pb.h"
 #include "transport/grpc/link.h"
 #include "transport/grpc/options.h"
+#include "transport/grpc/unary_transport.h"
 
 namespace xsilo {
 
@@ -28,6 +30,14 @@ using grpclink::StreamSlot;
 // Largest chunk frame accepted on the wire: the largest chunk_bytes plus
 // room for the other fields.
 constexpr int kMaxChunkFrame = (64 << 20) + (64 << 10);
+
+// HTTP/2 settings: gRPC's defaults (16 KiB frames, a window grown by BDP
+// probes from 64 KiB) cost one wake-up per few KiB on a busy host. Our own
+// credit window bounds memory, so let HTTP/2 run with the same window.
+constexpr int kMaxHttp2Frame = (1 << 24) - 1;
+int Http2Window(const GrpcOptions& g) {
+  return static_cast<int>(std::clamp<uint64_t>(g.window_bytes, 1 << 20, 1 << 30));
+}
 
 Result<std::string> ReadPem(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -316,6 +326,9 @@ Status GrpcTransport::StartServer() {
   b.RegisterService(service_.get());
   b.SetMaxReceiveMessageSize(g_.mode == "unary" ? -1 : kMaxChunkFrame);
   b.SetMaxSendMessageSize(-1);
+  b.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  b.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, Http2Window(g_));
+  b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kMaxHttp2Frame);
   b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(g_.keepalive_ms));
   b.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(g_.keepalive_ms));
   b.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -410,6 +423,9 @@ Status GrpcTransport::StartClient() {
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetMaxReceiveMessageSize(g_.mode == "unary" ? -1 : kMaxChunkFrame);
     args.SetMaxSendMessageSize(-1);
+    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, Http2Window(g_));
+    args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kMaxHttp2Frame);
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(g_.keepalive_ms));
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(g_.keepalive_ms));
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -551,7 +567,7 @@ Status GrpcTransport::RunSession(bool* was_up) {
     for (auto& up : cs) {
       ClientStream* c = up.get();
       c->writer = std::thread([&link, c] { link.WriterLoop(&c->slot); });
-      c->reader = std::thread([this, &link, c, session] {
+      c->reader = std::thread([&link, c, session] {
         Frame in;
         while (c->rw->Read(&in)) {
           if (!link.OnFrame(&c->slot, in)) break;
@@ -635,7 +651,10 @@ void GrpcTransport::JanitorLoop() {
 
 Result<std::unique_ptr<Transport>> MakeGrpcTransport(const TransportOptions& options) {
   XSILO_ASSIGN_OR_RETURN(GrpcOptions g, grpclink::ParseGrpcOptions(options));
-  if (g.mode == "unary") return Unimplemented("grpc mode=unary is not implemented yet");
+  if (g.mode == "unary") {
+    if (g.tls()) return Unimplemented("grpc mode=unary has no TLS; it is a plaintext baseline");
+    return grpclink::MakeUnaryTransport(options, g);
+  }
   return std::unique_ptr<Transport>(std::make_unique<GrpcTransport>(options, std::move(g)));
 }
 
