@@ -11,6 +11,8 @@ PACKAGES=(
   nlohmann-json3-dev libxxhash-dev libcli11-dev
   # store (redis connector; redis-server runs in the tests)
   libhiredis-dev redis-server
+  # grpc transport
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   # tests
   libgtest-dev libgmock-dev
   # s3: client (libcurl, OpenSSL for SigV4) and embedded server; curl CLI for interop tests

@@ -4,6 +4,7 @@ namespace xsilo {
 
 void RegisterBuiltinTransports(TransportRegistry& registry) {
   (void)registry.Register(InprocTransportFactory());
+  (void)registry.Register(GrpcTransportFactory());
 }
 
 }  // namespace xsilo

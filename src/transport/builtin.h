@@ -8,5 +8,6 @@ namespace xsilo {
 void RegisterBuiltinTransports(TransportRegistry& registry);
 
 TransportFactory InprocTransportFactory();
+TransportFactory GrpcTransportFactory();
 
 }  // namespace xsilo

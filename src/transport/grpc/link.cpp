@@ -1,0 +1,318 @@
+#include "transport/grpc/link.h"
+
+#include <algorithm>
+
+namespace xsilo::grpclink {
+
+namespace {
+
+Ack OutcomeAck(uint64_t id, const Status& s) {
+  Ack a;
+  a.set_message_id(id);
+  a.set_code(static_cast<int32_t>(s.code()));
+  if (!s.ok()) a.set_error(s.message());
+  return a;
+}
+
+Status AckStatus(const Ack& a) {
+  if (a.code() == 0) return Status::OK();
+  int32_t code = a.code();
+  if (code < 0 || code > static_cast<int32_t>(StatusCode::kInternal))
+    code = static_cast<int32_t>(StatusCode::kInternal);
+  return Status(static_cast<StatusCode>(code), "peer: " + a.error());
+}
+
+}  // namespace
+
+PeerLink::PeerLink(LinkConfig config)
+    : config_(std::move(config)), reassembler_(config_.limits, 1) {}
+
+void PeerLink::Fire(Failures& failures) {
+  for (auto& [cb, s] : failures) {
+    if (cb) cb(s);
+  }
+  failures.clear();
+}
+
+void PeerLink::Enqueue(std::shared_ptr<const EncodedFrame> frame, SendCallback done) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!closed_) {
+      auto o = std::make_shared<Outgoing>();
+      o->frame = std::move(frame);
+      o->done = std::move(done);
+      o->queued = Clock::now();
+      queue_.push_back(std::move(o));
+      cv_.notify_all();
+      return;
+    }
+  }
+  done(Cancelled("transport stopped"));
+}
+
+void PeerLink::ExpireQueued(Clock::duration max_wait) {
+  Failures failures;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!broken_ && attached_ == stream_count_) return;
+    const auto now = Clock::now();
+    while (!queue_.empty() && now - queue_.front()->queued > max_wait) {
+      failures.emplace_back(std::move(queue_.front()->done),
+                            Unavailable("peer " + std::to_string(config_.peer) +
+                                        " not connected within the connect timeout"));
+      queue_.pop_front();
+    }
+  }
+  Fire(failures);
+}
+
+Status PeerLink::Attach(uint64_t session, int stream_count, StreamSlot* slot) {
+  Failures failures;
+  Status result;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return Cancelled("transport stopped");
+    if (stream_count < 1 || slot->index < 0 || slot->index >= stream_count)
+      return InvalidArgument("stream " + std::to_string(slot->index) + " of " +
+                             std::to_string(stream_count));
+    if (session != session_) {
+      if (!broken_)
+        BreakLocked(Unavailable("peer reconnected; message lost with the old connection"),
+                    &failures);
+      session_ = session;
+      broken_ = false;
+      stream_count_ = stream_count;
+      attached_ = 0;
+      slots_.assign(static_cast<size_t>(stream_count), nullptr);
+      reassembler_ = Reassembler(config_.limits, stream_count);
+      in_flight_ = 0;
+      next_id_ = 1;
+      owed_credit_ = 0;
+      undelivered_ = 0;
+      control_.clear();
+    }
+    if (broken_) {
+      result = Unavailable("session already ended");
+    } else if (stream_count != stream_count_) {
+      result = InvalidArgument("stream count " + std::to_string(stream_count) +
+                               " differs from the session's " + std::to_string(stream_count_));
+    } else if (slots_[static_cast<size_t>(slot->index)] != nullptr) {
+      result = AlreadyExists("stream " + std::to_string(slot->index) + " attached twice");
+    } else {
+      slots_[static_cast<size_t>(slot->index)] = slot;
+      slot->session = session;
+      slot->dead = false;
+      ++attached_;
+    }
+  }
+  cv_.notify_all();
+  Fire(failures);
+  return result;
+}
+
+void PeerLink::Detach(StreamSlot* slot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (slot->session == session_ && slot->index < static_cast<int>(slots_.size()) &&
+      slots_[static_cast<size_t>(slot->index)] == slot) {
+    slots_[static_cast<size_t>(slot->index)] = nullptr;
+  }
+}
+
+void PeerLink::BreakLocked(const Status& why, Failures* failures) {
+  broken_ = true;
+  for (StreamSlot* s : slots_) {
+    if (s != nullptr && !s->dead) {
+      s->dead = true;
+      if (s->cancel) s->cancel();
+    }
+  }
+  for (auto& [id, o] : sent_) failures->emplace_back(std::move(o->done), why);
+  sent_.clear();
+  if (current_) {
+    current_.reset();  // it is in sent_ too
+  }
+  reassembler_.Reset();
+  control_.clear();
+  in_flight_ = 0;
+  owed_credit_ = 0;
+  undelivered_ = 0;
+}
+
+void PeerLink::Break(uint64_t session, const Status& why) {
+  Failures failures;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (session != session_ || broken_) return;
+    BreakLocked(why, &failures);
+  }
+  cv_.notify_all();
+  Fire(failures);
+}
+
+bool PeerLink::WaitEnded(uint64_t session, Clock::duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return session != session_ || broken_; });
+}
+
+bool PeerLink::Up() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !broken_ && attached_ == stream_count_;
+}
+
+bool PeerLink::Current(uint64_t session) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return session == session_ && !broken_;
+}
+
+uint64_t PeerLink::open_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reassembler_.open_bytes();
+}
+
+bool PeerLink::CanDispatchLocked() const {
+  if (broken_ || attached_ != stream_count_) return false;
+  const Outgoing* next =
+      current_ ? current_.get() : (queue_.empty() ? nullptr : queue_.front().get());
+  if (next == nullptr) return false;
+  const uint64_t len = std::min(config_.chunk_bytes, next->frame->bytes.size - next->next_offset);
+  return in_flight_ == 0 || in_flight_ + len <= config_.window_bytes;
+}
+
+void PeerLink::WriterLoop(StreamSlot* slot) {
+  Frame data_frame, control_frame;  // kept apart so the chunk buffer is reused
+  for (;;) {
+    std::shared_ptr<Outgoing> msg;
+    uint64_t offset = 0, len = 0;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return slot->dead || !control_.empty() || CanDispatchLocked(); });
+      if (slot->dead) return;
+      if (!control_.empty()) {
+        *control_frame.mutable_ack() = std::move(control_.front());
+        control_.pop_front();
+      } else {
+        if (!current_) {
+          current_ = std::move(queue_.front());
+          queue_.pop_front();
+          current_->id = next_id_++;
+          sent_[current_->id] = current_;
+        }
+        msg = current_;
+        offset = msg->next_offset;
+        len = std::min(config_.chunk_bytes, msg->frame->bytes.size - offset);
+        msg->next_offset += len;
+        if (msg->next_offset == msg->frame->bytes.size) current_.reset();
+        in_flight_ += len;
+      }
+    }
+    bool ok;
+    if (msg) {
+      Chunk* c = data_frame.mutable_chunk();
+      c->set_message_id(msg->id);
+      c->set_offset(offset);
+      c->set_total(msg->frame->bytes.size);
+      std::string* d = c->mutable_data();
+      d->resize(len);
+      msg->frame->bytes.CopyRange(offset, len, reinterpret_cast<uint8_t*>(d->data()));
+      msg.reset();
+      ok = slot->write(data_frame);
+    } else {
+      ok = slot->write(control_frame);
+    }
+    if (!ok) {
+      Break(slot->session, Unavailable("connection to peer " + std::to_string(config_.peer) +
+                                       " lost; message not delivered"));
+      return;
+    }
+  }
+}
+
+bool PeerLink::OnFrame(StreamSlot* slot, const Frame& frame) {
+  if (frame.has_chunk()) {
+    const Chunk& c = frame.chunk();
+    std::vector<Reassembled> ready;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (slot->dead || slot->session != session_) return false;
+      const auto& d = c.data();
+      Status s = reassembler_.OnChunk(
+          slot->index, c.message_id(), c.offset(), c.total(),
+          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(d.data()), d.size()), &ready);
+      owed_credit_ += d.size();
+      if (!s.ok()) control_.push_back(OutcomeAck(c.message_id(), s));
+      for (auto& r : ready) {
+        ++undelivered_;
+        config_.sink(Arrival{this, session_, std::move(r)});
+      }
+      const uint64_t threshold = std::max<uint64_t>(config_.window_bytes / 4, 1);
+      if (undelivered_ == 0 && owed_credit_ >= threshold) {
+        Ack a;
+        a.set_credit(owed_credit_);
+        owed_credit_ = 0;
+        control_.push_back(std::move(a));
+      }
+    }
+    cv_.notify_all();
+    return true;
+  }
+  if (frame.has_ack()) {
+    const Ack& a = frame.ack();
+    SendCallback done;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (slot->dead || slot->session != session_) return false;
+      in_flight_ -= std::min(in_flight_, a.credit());
+      if (a.message_id() != 0) {
+        auto it = sent_.find(a.message_id());
+        if (it != sent_.end()) {
+          done = std::move(it->second->done);
+          if (current_ == it->second) current_.reset();  // refused mid-message
+          sent_.erase(it);
+        }
+      }
+    }
+    cv_.notify_all();
+    if (done) done(AckStatus(a));
+    return true;
+  }
+  return false;  // Hello / HelloAck after the handshake, or an empty frame
+}
+
+void PeerLink::OnDelivered(uint64_t session, uint64_t message_id, const Status& outcome) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (session != session_ || broken_) return;
+    if (undelivered_ > 0) --undelivered_;
+    Ack a = OutcomeAck(message_id, outcome);
+    if (undelivered_ == 0) {
+      a.set_credit(owed_credit_);
+      owed_credit_ = 0;
+    }
+    control_.push_back(std::move(a));
+  }
+  cv_.notify_all();
+}
+
+void PeerLink::Close(const Status& why) {
+  Failures failures;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    if (!broken_) BreakLocked(why, &failures);
+    for (auto& o : queue_) failures.emplace_back(std::move(o->done), why);
+    queue_.clear();
+    for (auto& [id, o] : sent_) failures.emplace_back(std::move(o->done), why);
+    sent_.clear();
+    current_.reset();
+    for (StreamSlot* s : slots_) {
+      if (s != nullptr && !s->dead) {
+        s->dead = true;
+        if (s->cancel) s->cancel();
+      }
+    }
+  }
+  cv_.notify_all();
+  Fire(failures);
+}
+
+}  // namespace xsilo::grpclink

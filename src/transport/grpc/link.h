@@ -1,0 +1,148 @@
+// PeerLink: everything one party knows about one peer of the gRPC
+// transport, independent of how streams are opened (server handler or
+// client dial-out). It owns the send queue, chunk dispatch and credit-based
+// flow control, the receive-side reassembly, and the session (the set of
+// striped streams currently connected to the peer).
+//
+// Threads (docs/transport-grpc.md): one writer thread per stream runs
+// WriterLoop; one reader per stream calls OnFrame; the transport's delivery
+// thread calls OnDelivered; users call Enqueue; the janitor calls
+// ExpireQueued. All state is guarded by one mutex; user callbacks and
+// gRPC writes run outside it.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "transport/grpc/link.pb.h"
+#include "transport/grpc/reassembly.h"
+#include "xsilo/core/codec.h"
+#include "xsilo/transport/transport.h"
+
+namespace xsilo::grpclink {
+
+using Clock = std::chrono::steady_clock;
+
+// One bidirectional stream as a link sees it. `write` runs on the stream's
+// writer thread only; `cancel` may run on any thread and must not block.
+struct StreamSlot {
+  int index = 0;
+  uint64_t session = 0;
+  std::function<bool(const Frame&)> write;
+  std::function<void()> cancel;
+  bool dead = false;  // guarded by the owning link's mutex
+};
+
+// One message queued for one peer. A broadcast's Outgoings share `frame`.
+struct Outgoing {
+  std::shared_ptr<const EncodedFrame> frame;
+  SendCallback done;
+  Clock::time_point queued;
+  uint64_t id = 0;           // assigned when its first chunk is dispatched
+  uint64_t next_offset = 0;  // dispatch progress
+};
+
+class PeerLink;
+
+// A reassembled (or dropped) message on its way to the inbox.
+struct Arrival {
+  PeerLink* link = nullptr;
+  uint64_t session = 0;
+  Reassembled message;
+};
+
+struct LinkConfig {
+  int32_t peer = 0;
+  uint64_t chunk_bytes = 4ull << 20;
+  uint64_t window_bytes = 32ull << 20;
+  ReassemblyLimits limits;
+  // Receives finished messages in order; called with the link's mutex held,
+  // so it must only queue.
+  std::function<void(Arrival)> sink;
+};
+
+class PeerLink {
+ public:
+  explicit PeerLink(LinkConfig config);
+  PeerLink(const PeerLink&) = delete;
+  PeerLink& operator=(const PeerLink&) = delete;
+
+  int32_t peer() const { return config_.peer; }
+
+  // Queues a message; `done` fires once when the peer delivered it (or with
+  // the reason it was not). Fails at once with Cancelled after Close.
+  void Enqueue(std::shared_ptr<const EncodedFrame> frame, SendCallback done);
+  // Fails queued messages that waited longer than `max_wait` while no
+  // session was up.
+  void ExpireQueued(Clock::duration max_wait);
+
+  // Registers `slot` as stream `slot->index` of `session`. A session id
+  // other than the current one starts a new session and ends the old one
+  // (the peer reconnected). The session is up once all `stream_count`
+  // streams are attached.
+  Status Attach(uint64_t session, int stream_count, StreamSlot* slot);
+  // Forgets `slot`; call after its reader and writer have finished.
+  void Detach(StreamSlot* slot);
+  // Ends `session` if it is current: cancels its streams, fails messages
+  // with chunks already sent with `why`, frees partially received ones.
+  void Break(uint64_t session, const Status& why);
+  // Waits until `session` ended or `timeout` passed; true if it ended.
+  bool WaitEnded(uint64_t session, Clock::duration timeout);
+  bool Up() const;
+  // True while arrivals of `session` should still be delivered.
+  bool Current(uint64_t session) const;
+
+  // The writer thread body of one stream; returns when the stream dies.
+  void WriterLoop(StreamSlot* slot);
+  // Handles one frame read from `slot`; false on a protocol violation
+  // (the caller ends the stream).
+  bool OnFrame(StreamSlot* slot, const Frame& frame);
+  // The delivery thread reports the outcome of an arrival.
+  void OnDelivered(uint64_t session, uint64_t message_id, const Status& outcome);
+
+  // Ends the session and fails every pending message with `why`; later
+  // Enqueues fail with Cancelled.
+  void Close(const Status& why);
+
+  // Bytes of partially received messages (for tests).
+  uint64_t open_bytes() const;
+
+ private:
+  using Failures = std::vector<std::pair<SendCallback, Status>>;
+  bool CanDispatchLocked() const;
+  void BreakLocked(const Status& why, Failures* failures);
+  static void Fire(Failures& failures);
+
+  const LinkConfig config_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool closed_ = false;
+
+  // Session.
+  uint64_t session_ = 0;
+  bool broken_ = true;  // no session yet
+  int stream_count_ = 0;
+  int attached_ = 0;
+  std::vector<StreamSlot*> slots_;
+
+  // Send side.
+  std::deque<std::shared_ptr<Outgoing>> queue_;
+  std::shared_ptr<Outgoing> current_;                   // partly dispatched
+  std::map<uint64_t, std::shared_ptr<Outgoing>> sent_;  // awaiting the peer's ack
+  uint64_t next_id_ = 1;
+  uint64_t in_flight_ = 0;  // bytes sent and not yet credited back
+  std::deque<Ack> control_;
+
+  // Receive side.
+  Reassembler reassembler_;
+  uint64_t owed_credit_ = 0;  // bytes consumed, not yet credited to the peer
+  uint64_t undelivered_ = 0;  // arrivals handed to the sink, not yet delivered
+};
+
+}  // namespace xsilo::grpclink
