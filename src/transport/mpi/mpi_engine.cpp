@@ -736,11 +736,12 @@ Result<Engine*> Engine::Get() {
   std::call_once(g_engine_once, [] {
     auto* engine = new Engine();  // lives until exit; the thread finalizes MPI
     engine->impl_ = new Impl();
-    std::promise<Status> init;
-    auto ready = init.get_future();
+    auto init = std::make_shared<std::promise<Status>>();
+    auto ready = init->get_future();
     Impl* impl = engine->impl_;
-    impl->thread = std::thread(
-        [impl, &init, engine] { impl->Run(&init, &engine->world_rank_, &engine->world_size_); });
+    impl->thread = std::thread([impl, init, engine] {
+      impl->Run(init.get(), &engine->world_rank_, &engine->world_size_);
+    });
     g_engine_status = ready.get();
     if (!g_engine_status.ok()) {
       impl->thread.join();

@@ -123,7 +123,10 @@ class MpiTransport final : public Transport {
     }
     for (auto& j : leftover) j.done(Cancelled("transport stopped before the send started"));
     // Fails sends in flight; their callbacks have fired when Close returns.
-    if (link_) engine_->Close(link_);
+    if (link_) {
+      engine_->Close(link_);
+      link_->CloseReady();  // also when the engine already shut down
+    }
     CloseInbox();
     if (receiver_.joinable()) {
       if (receiver_.get_id() == std::this_thread::get_id()) {
