@@ -17,6 +17,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   # s3: client (libcurl, OpenSSL for SigV4) and embedded server; curl CLI for interop tests
   libcurl4-openssl-dev libssl-dev curl
+  # mpi-generic / mpi-buffer transports (Open MPI)
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()

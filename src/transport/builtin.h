@@ -9,5 +9,8 @@ void RegisterBuiltinTransports(TransportRegistry& registry);
 
 TransportFactory InprocTransportFactory();
 TransportFactory GrpcTransportFactory();
+// Open MPI, one rank per process (src/transport/mpi/).
+TransportFactory MpiGenericTransportFactory();
+TransportFactory MpiBufferTransportFactory();
 
 }  // namespace xsilo
