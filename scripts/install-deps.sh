@@ -13,6 +13,8 @@ PACKAGES=(
   libhiredis-dev redis-server
   # tests
   libgtest-dev libgmock-dev
+  # netem (namespaces; iperf3 for `xsilo netem check`)
+  iproute2 iperf3
 )
 
 missing=()
