@@ -19,6 +19,8 @@ PACKAGES=(
   libcurl4-openssl-dev libssl-dev curl
   # mpi-generic / mpi-buffer transports (Open MPI)
   libopenmpi-dev openmpi-bin
+  # netem (namespaces; iperf3 for `xsilo netem check`)
+  iproute2 iperf3
 )
 
 missing=()

@@ -11,5 +11,6 @@ void AddVersionCommand(CLI::App& app);
 void AddInspectCommand(CLI::App& app);
 void AddRunCommand(CLI::App& app);
 void AddS3dCommand(CLI::App& app);
+void AddNetemCommand(CLI::App& app);
 
 }  // namespace xsilo::cli
