@@ -13,6 +13,8 @@ PACKAGES=(
   libhiredis-dev redis-server
   # tests
   libgtest-dev libgmock-dev
+  # fl: the built-in MLP trainer and the FedAvg aggregator
+  libeigen3-dev
 )
 
 missing=()
