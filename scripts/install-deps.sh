@@ -21,6 +21,8 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   # netem (namespaces; iperf3 for `xsilo netem check`)
   iproute2 iperf3
+  # fl: the built-in MLP trainer and the FedAvg aggregator
+  libeigen3-dev
 )
 
 missing=()
