@@ -1,0 +1,12 @@
+#include <gtest/gtest.h>
+
+#include "store/connector_conformance.h"
+#include "store/store_test_util.h"
+
+int main(int argc, char** argv) {
+  int code = 0;
+  if (xsilo::testing::RunConnectorChildIfRequested(&code)) return code;
+  if (xsilo::testing::RunStoreChildIfRequested(&code)) return code;
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,135 @@
+#include "store/store_test_util.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <vector>
+
+#include "store/redis_server.h"
+#include "xsilo/core/codec.h"
+#include "xsilo/store/future.h"
+#include "xsilo/store/proxy.h"
+
+extern char** environ;
+
+namespace xsilo::testing {
+
+namespace {
+
+constexpr const char* kModeEnv = "XSILO_STORE_CHILD_MODE";
+constexpr const char* kArgEnv = "XSILO_STORE_CHILD_ARG";
+std::atomic<int> g_counter{0};
+
+struct TempDirs {
+  std::mutex mu;
+  std::vector<std::filesystem::path> dirs;
+  ~TempDirs() {
+    std::error_code ec;
+    for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
+  }
+};
+
+// Exit codes a child reports.
+int CodeOf(const Status& s) { return s.ok() ? 0 : 10 + static_cast<int>(s.code()); }
+
+}  // namespace
+
+std::string StoreTempDir() {
+  static TempDirs temp;
+  auto dir = std::filesystem::temp_directory_path() /
+             ("xsilo-store-test-" + std::to_string(getpid()) + "-" + std::to_string(g_counter++));
+  std::filesystem::create_directories(dir);
+  std::lock_guard<std::mutex> lock(temp.mu);
+  temp.dirs.push_back(dir);
+  return dir.string();
+}
+
+ConnectorConfig FreshConnectorConfig(const std::string& kind) {
+  if (kind == "file") return {"file", {{"dir", StoreTempDir()}}};
+  if (kind == "redis") {
+    return {"redis",
+            {{"port", std::to_string(RedisTestPort())},
+             {"prefix", "p" + std::to_string(getpid()) + "-" + std::to_string(g_counter++)}}};
+  }
+  return {"memory", {{"name", "m" + std::to_string(g_counter++)}}};
+}
+
+// Modes:
+//   resolve <proxy json>       resolve a Proxy<TensorMap>; exit 0 when tensor "w"
+//                              has checksum XSILO_STORE_CHILD_SUM and the store
+//                              got registered
+//   resolve-string <json>      resolve a Proxy<std::string>; exit CodeOf(status)
+//   future-set <json>          set a Future<std::string> to "from child"
+//   future-get <json>          await a Future<std::string> (60 s); exit 0 when it
+//                              reads "from parent"
+bool RunStoreChildIfRequested(int* exit_code) {
+  const char* mode_env = std::getenv(kModeEnv);
+  const char* arg_env = std::getenv(kArgEnv);
+  if (!mode_env || !arg_env) return false;
+  std::string mode = mode_env, arg = arg_env;
+  if (mode == "resolve") {
+    auto proxy = Proxy<TensorMap>::Deserialize(arg);
+    if (!proxy.ok()) return *exit_code = 2, true;
+    auto tensors = proxy->Get();
+    if (!tensors.ok()) return *exit_code = CodeOf(tensors.status()), true;
+    auto it = (*tensors)->find("w");
+    const char* sum = std::getenv("XSILO_STORE_CHILD_SUM");
+    if (it == (*tensors)->end() || !sum || Checksum(it->second.data.span()) != std::stoull(sum)) {
+      return *exit_code = 3, true;
+    }
+    // The store was re-created and registered from the reference.
+    *exit_code = StoreRegistry::Global().Find(proxy->reference()->store.name) ? 0 : 4;
+    return true;
+  }
+  if (mode == "resolve-string") {
+    auto proxy = Proxy<std::string>::Deserialize(arg);
+    if (!proxy.ok()) return *exit_code = 2, true;
+    *exit_code = CodeOf(proxy->Resolve());
+    return true;
+  }
+  if (mode == "future-set") {
+    auto f = Future<std::string>::Deserialize(arg);
+    if (!f.ok()) return *exit_code = 2, true;
+    *exit_code = CodeOf(f->Set("from child"));
+    return true;
+  }
+  if (mode == "future-get") {
+    auto f = Future<std::string>::Deserialize(arg);
+    if (!f.ok()) return *exit_code = 2, true;
+    auto v = f->Get(std::chrono::seconds(60));
+    *exit_code = !v.ok() ? CodeOf(v.status()) : *v == "from parent" ? 0 : 3;
+    return true;
+  }
+  *exit_code = 99;
+  return true;
+}
+
+int SpawnStoreChild(const std::string& mode, const std::string& arg,
+                    const std::vector<std::string>& extra_env) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  env.push_back(std::string(kModeEnv) + "=" + mode);
+  env.push_back(std::string(kArgEnv) + "=" + arg);
+  for (const auto& e : extra_env) env.push_back(e);
+  std::vector<char*> envp;
+  for (auto& s : env) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string exe = "/proc/self/exe";
+  char* argv[] = {exe.data(), nullptr};
+  pid_t pid;
+  if (posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data()) != 0) return -1;
+  return pid;
+}
+
+int WaitChild(int pid) {
+  if (pid <= 0) return -1;
+  int st = 0;
+  if (waitpid(pid, &st, 0) != pid) return -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+}  // namespace xsilo::testing

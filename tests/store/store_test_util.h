@@ -1,0 +1,66 @@
+// Helpers for the Store / proxy / multi tests.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "xsilo/store/connector.h"
+
+namespace xsilo::testing {
+
+// A fresh directory under the temp dir, removed when the process exits.
+std::string StoreTempDir();
+
+// Config of a fresh connector of `kind` ("memory", "file" or "redis"; redis
+// starts the test redis-server on first use).
+ConnectorConfig FreshConnectorConfig(const std::string& kind);
+
+// Forwards to another connector and counts calls (after LevelDB's EnvWrapper).
+class CountingConnector final : public Connector {
+ public:
+  explicit CountingConnector(std::unique_ptr<Connector> inner) : inner_(std::move(inner)) {}
+  std::string_view type() const override { return inner_->type(); }
+  ConnectorConfig config() const override { return inner_->config(); }
+  Result<Key> Put(const GatherList& bytes) override {
+    ++puts;
+    return inner_->Put(bytes);
+  }
+  Result<std::optional<Buffer>> Get(const Key& key) override {
+    ++gets;
+    // Widens the window in which concurrent resolves overlap.
+    if (get_delay.count() > 0) std::this_thread::sleep_for(get_delay);
+    return inner_->Get(key);
+  }
+  Result<bool> Exists(const Key& key) override { return inner_->Exists(key); }
+  Status Evict(const Key& key) override {
+    ++evicts;
+    return inner_->Evict(key);
+  }
+  Result<Key> NewKey() override { return inner_->NewKey(); }
+  Status Set(const Key& key, const GatherList& bytes) override { return inner_->Set(key, bytes); }
+  void Close() override { inner_->Close(); }
+
+  std::atomic<int> puts{0}, gets{0}, evicts{0};
+  std::chrono::milliseconds get_delay{0};
+
+ private:
+  std::unique_ptr<Connector> inner_;
+};
+
+// Child-process side of the cross-process tests: when this binary was
+// started by SpawnChild, does the requested work and returns true.
+bool RunStoreChildIfRequested(int* exit_code);
+
+// Runs this binary as a child doing `mode` with `arg` (see
+// store_test_util.cpp); returns its pid. extra_env: "NAME=value" entries.
+int SpawnStoreChild(const std::string& mode, const std::string& arg,
+                    const std::vector<std::string>& extra_env = {});
+// Waits for a child; its exit code, or -1.
+int WaitChild(int pid);
+
+}  // namespace xsilo::testing
