@@ -14,6 +14,7 @@
 
 #include "xsilo/core/codec.h"
 #include "xsilo/hybrid/hybrid.h"
+#include "xsilo/s3/client.h"
 
 namespace xsilo {
 
@@ -32,6 +33,7 @@ struct SendJob {
 // One uploaded object, shared by every send of the same content.
 struct Object {
   Key key;
+  std::string url;  // presigned GET, when the connector can presign
   std::shared_future<Status> uploaded;
   int64_t pending_acks = 0;
   Clock::time_point last_use;
@@ -40,12 +42,15 @@ struct Object {
 class HybridTransport final : public Transport {
  public:
   HybridTransport(const TransportOptions& options, std::unique_ptr<Transport> inner,
-                  std::shared_ptr<Connector> connector, HybridOptions hybrid)
+                  std::shared_ptr<Connector> connector, HybridOptions hybrid,
+                  std::string connector_type, std::shared_ptr<void> keepalive)
       : Transport(options),
+        keepalive_(std::move(keepalive)),
         inner_(std::move(inner)),
         connector_(std::move(connector)),
         hybrid_(hybrid),
-        name_(std::string(inner_->name()) + "+" + std::string(connector_->type())) {}
+        name_(std::string(inner_->name()) + "+" +
+              (connector_ ? std::string(connector_->type()) : connector_type)) {}
 
   ~HybridTransport() override { Stop(); }
 
@@ -90,7 +95,7 @@ class HybridTransport final : public Transport {
     for (auto& [id, obj] : objects) {
       if (obj->uploaded.valid() &&
           obj->uploaded.wait_for(std::chrono::seconds(0)) == std::future_status::ready &&
-          obj->uploaded.get().ok()) {
+          obj->uploaded.get().ok() && connector_) {
         (void)connector_->Evict(obj->key);
       }
     }
@@ -168,6 +173,7 @@ class HybridTransport final : public Transport {
   // Moves big tensors to the connector (once per content) and returns the
   // stub that crosses the control plane.
   Result<Message> Offload(Message m, size_t receivers) {
+    if (!connector_) return m;  // no storage access: everything inline
     TensorMap big;
     for (auto it = m.tensors.begin(); it != m.tensors.end();) {
       if (it->second.nbytes() > 0 && it->second.nbytes() >= hybrid_.threshold_bytes) {
@@ -201,8 +207,19 @@ class HybridTransport final : public Transport {
     if (uploader) {
       auto key = connector_->Put(payload.bytes);
       std::lock_guard<std::mutex> lock(mu_);
+      std::string url;
+      if (key.ok() && hybrid_.presign_expiry.count() > 0 && connector_->presigned()) {
+        auto u = connector_->presigned()->PresignGet(*key, hybrid_.presign_expiry);
+        if (!u.ok()) {
+          (void)connector_->Evict(*key);
+          key = u.status().WithContext("presign");
+        } else {
+          url = std::move(u).value();
+        }
+      }
       if (key.ok()) {
         obj->key = *key;
+        obj->url = std::move(url);
         objects_by_id_[key->id] = obj;
         upload.set_value(Status::OK());
       } else {
@@ -214,6 +231,7 @@ class HybridTransport final : public Transport {
     if (!up.ok()) return up;
     m.params[kHybridKeyParam] = obj->key.ToJson();
     m.params[kHybridChecksumParam] = static_cast<int64_t>(payload.checksum);
+    if (!obj->url.empty()) m.params[kHybridUrlParam] = obj->url;
     return m;
   }
 
@@ -285,7 +303,19 @@ class HybridTransport final : public Transport {
     auto sum = m->GetInt(kHybridChecksumParam);
     if (!key_json.ok() || !sum.ok()) return Corrupt("hybrid stub without key or checksum");
     XSILO_ASSIGN_OR_RETURN(Key key, Key::FromJson(*key_json));
-    XSILO_ASSIGN_OR_RETURN(std::optional<Buffer> object, connector_->Get(key));
+    std::optional<Buffer> object;
+    if (connector_) {
+      XSILO_ASSIGN_OR_RETURN(object, connector_->Get(key));
+    } else {
+      auto url = m->GetString(kHybridUrlParam);
+      if (!url.ok()) {
+        return FailedPrecondition("stub carries no URL and this party has no storage access");
+      }
+      auto fetched = HttpGetUrl(*url);
+      if (!fetched.ok() && fetched.status().code() != StatusCode::kNotFound)
+        return fetched.status();
+      if (fetched.ok()) object = std::move(fetched).value();
+    }
     if (!object) return NotFound("object " + key.id + " is gone (evicted or expired)");
     if (static_cast<int64_t>(Checksum(object->span())) != *sum) {
       return Corrupt("object " + key.id + " failed its checksum");
@@ -296,6 +326,7 @@ class HybridTransport final : public Transport {
     for (auto& [name, t] : tensors) m->tensors.insert_or_assign(name, std::move(t));
     m->params.erase(kHybridKeyParam);
     m->params.erase(kHybridChecksumParam);
+    m->params.erase(kHybridUrlParam);
     *key_id = key.id;
     return Status::OK();
   }
@@ -321,6 +352,7 @@ class HybridTransport final : public Transport {
     return stopped_;
   }
 
+  const std::shared_ptr<void> keepalive_;  // destroyed last
   const std::unique_ptr<Transport> inner_;
   const std::shared_ptr<Connector> connector_;
   const HybridOptions hybrid_;
@@ -342,8 +374,10 @@ class HybridTransport final : public Transport {
 std::unique_ptr<Transport> MakeHybridTransport(const TransportOptions& options,
                                                std::unique_ptr<Transport> inner,
                                                std::shared_ptr<Connector> connector,
-                                               HybridOptions hybrid) {
-  return std::make_unique<HybridTransport>(options, std::move(inner), std::move(connector), hybrid);
+                                               HybridOptions hybrid, std::string connector_type,
+                                               std::shared_ptr<void> keepalive) {
+  return std::make_unique<HybridTransport>(options, std::move(inner), std::move(connector), hybrid,
+                                           std::move(connector_type), std::move(keepalive));
 }
 
 }  // namespace xsilo

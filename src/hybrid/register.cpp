@@ -1,5 +1,6 @@
 #include <charconv>
 
+#include "hybrid/embedded_s3.h"
 #include "xsilo/hybrid/hybrid.h"
 #include "xsilo/transport/registry.h"
 
@@ -41,6 +42,9 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
     } else if (k == "ttl_ms") {
       XSILO_ASSIGN_OR_RETURN(int64_t t, ParseInt(k, v, 1));
       hybrid.ttl = std::chrono::milliseconds(t);
+    } else if (k == "presign_s") {
+      XSILO_ASSIGN_OR_RETURN(int64_t t, ParseInt(k, v, 0));
+      hybrid.presign_expiry = std::chrono::seconds(t);
     } else if (k == "workers") {
       XSILO_ASSIGN_OR_RETURN(int64_t t, ParseInt(k, v, 1));
       hybrid.workers = static_cast<int>(std::min<int64_t>(t, 64));

@@ -15,6 +15,7 @@ using ConnectorOptions = std::map<std::string, std::string>;
 Result<std::unique_ptr<Connector>> MakeMemoryConnector(const ConnectorOptions& options);
 Result<std::unique_ptr<Connector>> MakeFileConnector(const ConnectorOptions& options);
 Result<std::unique_ptr<Connector>> MakeRedisConnector(const ConnectorOptions& options);
+Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& options);
 Result<std::unique_ptr<Connector>> MakeMultiConnector(const ConnectorOptions& options);
 
 // InvalidArgument naming the first option not in `known`.

@@ -8,6 +8,7 @@
 #include "store/connector_conformance.h"
 #include "store/redis_server.h"
 #include "transport/test_util.h"
+#include "xsilo/s3/server.h"
 
 namespace xsilo::testing {
 namespace {

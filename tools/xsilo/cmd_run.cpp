@@ -2,6 +2,11 @@
 // in one process over any registered transport. The server broadcasts the
 // model, every client returns an update weighted by its sample count, and
 // the server averages them and checks the result.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
@@ -22,6 +27,23 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// A port the kernel just handed out on 127.0.0.1 (0 on failure).
+int FreeLoopbackPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
 
 struct RunArgs {
   std::string transport = "inproc";
@@ -66,6 +88,13 @@ int Run(const RunArgs& a) {
     return 2;
   }
   const int world = a.clients + 1;
+  // In-process fabrics need a name; network backends a free loopback port.
+  std::string address = a.address;
+  if (address.empty()) {
+    address = a.transport.rfind("inproc", 0) == 0
+                  ? "xsilo-run"
+                  : "127.0.0.1:" + std::to_string(FreeLoopbackPort());
+  }
   std::vector<std::unique_ptr<Transport>> parties;
   for (int r = 0; r < world; ++r) {
     TransportOptions o;

@@ -33,13 +33,23 @@ struct HybridOptions {
   std::chrono::milliseconds ttl = std::chrono::minutes(10);
   // Backend key "workers": threads that prepare and upload sends. Default 2.
   int workers = 2;
+  // Backend key "presign_s": when the connector can presign (s3), stubs
+  // carry a GET URL valid this long, so receivers need no credentials.
+  // 0 turns it off. Default 3600 s.
+  std::chrono::seconds presign_expiry{3600};
 };
 
-// Wraps `inner` (not yet started) and `connector`.
+// Wraps `inner` (not yet started) and `connector`. A null connector makes a
+// party without storage access: it sends everything inline and fetches
+// offloaded tensors through the presigned URLs in the stubs it receives.
+// `keepalive` is held until the transport is destroyed (e.g. an embedded
+// object server).
 std::unique_ptr<Transport> MakeHybridTransport(const TransportOptions& options,
                                                std::unique_ptr<Transport> inner,
                                                std::shared_ptr<Connector> connector,
-                                               HybridOptions hybrid);
+                                               HybridOptions hybrid,
+                                               std::string connector_type = "",
+                                               std::shared_ptr<void> keepalive = nullptr);
 
 // Installs the "<transport>+<connector>" composite factory in the global
 // transport registry. Called automatically when the hybrid library is
@@ -49,6 +59,7 @@ void RegisterHybridTransports();
 // Parameter names a hybrid stub carries (documented in docs/hybrid.md).
 inline constexpr const char* kHybridKeyParam = "xsilo.hybrid.key";
 inline constexpr const char* kHybridChecksumParam = "xsilo.hybrid.xxh3";
+inline constexpr const char* kHybridUrlParam = "xsilo.hybrid.url";
 inline constexpr const char* kHybridAckType = "xsilo.hybrid.ack";
 
 }  // namespace xsilo

@@ -8,6 +8,7 @@
 // Thread safety: every Connector method may be called from many threads.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -45,6 +46,16 @@ struct ConnectorConfig {
   static Result<ConnectorConfig> FromJson(std::string_view json);
 };
 
+// Capability of connectors whose objects can be reached by URL, so that a
+// party with no storage credentials can read or write one object until the
+// URL expires (S3 presigned URLs).
+class PresignedAccess {
+ public:
+  virtual ~PresignedAccess() = default;
+  virtual Result<std::string> PresignGet(const Key& key, std::chrono::seconds expiry) = 0;
+  virtual Result<std::string> PresignPut(const Key& key, std::chrono::seconds expiry) = 0;
+};
+
 class Connector {
  public:
   virtual ~Connector() = default;
@@ -72,6 +83,9 @@ class Connector {
   virtual Result<std::vector<Key>> PutBatch(const std::vector<Buffer>& objects);
   virtual Result<std::vector<std::optional<Buffer>>> GetBatch(const std::vector<Key>& keys);
   virtual Status EvictBatch(const std::vector<Key>& keys);
+
+  // The URL capability, or nullptr when the connector has none.
+  virtual PresignedAccess* presigned() { return nullptr; }
 
   virtual void Close() {}
 };

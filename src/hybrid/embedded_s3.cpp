@@ -1,0 +1,98 @@
+#include "hybrid/embedded_s3.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "xsilo/s3/server.h"
+#include "xsilo/store/connector.h"
+
+namespace xsilo {
+
+namespace {
+
+// Runs in the forked child: serve until the parent closes the control pipe
+// (or dies). Never returns.
+[[noreturn]] void ServeInChild(int ready_fd, int control_fd, const std::string& host, int port,
+                               const std::string& access, const std::string& secret) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  S3ServerOptions o;
+  o.host = host;
+  o.port = port;
+  o.access_key = access;
+  o.secret_key = secret;
+  o.buckets = {EmbeddedS3::kBucket};
+  auto server = S3Server::Start(o);
+  int32_t bound = server.ok() ? (*server)->port() : -1;
+  (void)!::write(ready_fd, &bound, sizeof(bound));
+  ::close(ready_fd);
+  if (server.ok()) {
+    char c;
+    while (::read(control_fd, &c, 1) < 0 && errno == EINTR) {
+    }
+    server->reset();
+  }
+  _exit(server.ok() ? 0 : 1);
+}
+
+}  // namespace
+
+Result<std::shared_ptr<EmbeddedS3>> EmbeddedS3::Start(const std::string& bind_host, int port) {
+  int ready[2], control[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) return Internal(std::string("pipe: ") + std::strerror(errno));
+  if (::pipe2(control, O_CLOEXEC) != 0) {
+    ::close(ready[0]);
+    ::close(ready[1]);
+    return Internal(std::string("pipe: ") + std::strerror(errno));
+  }
+  std::string access = RandomObjectId().substr(0, 20);
+  std::string secret = RandomObjectId();
+  pid_t pid = ::fork();
+  if (pid < 0) return Internal(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::close(ready[0]);
+    ::close(control[1]);
+    ServeInChild(ready[1], control[0], bind_host, port, access, secret);
+  }
+  ::close(ready[1]);
+  ::close(control[0]);
+  std::shared_ptr<EmbeddedS3> s(new EmbeddedS3());
+  s->pid_ = pid;
+  s->control_fd_ = control[1];
+  s->access_key_ = access;
+  s->secret_key_ = secret;
+  int32_t bound = -1;
+  pollfd p{ready[0], POLLIN, 0};
+  if (::poll(&p, 1, 30000) == 1 && ::read(ready[0], &bound, sizeof(bound)) == sizeof(bound) &&
+      bound > 0) {
+    std::string host = bind_host == "0.0.0.0" ? "127.0.0.1" : bind_host;
+    s->endpoint_ = "http://" + host + ":" + std::to_string(bound);
+  }
+  ::close(ready[0]);
+  if (s->endpoint_.empty()) {
+    return Unavailable("the embedded S3 server did not start on " + bind_host + ":" +
+                       std::to_string(port));
+  }
+  return s;
+}
+
+EmbeddedS3::~EmbeddedS3() {
+  if (control_fd_ >= 0) ::close(control_fd_);
+  if (pid_ > 0) {
+    // Give it a moment to close its connections, then make sure.
+    for (int i = 0; i < 200; ++i) {
+      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) return;
+      ::usleep(10000);
+    }
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+}  // namespace xsilo

@@ -1,0 +1,208 @@
+// s3: objects in an S3-compatible service (AWS S3, MinIO, Ceph RGW, the
+// embedded `xsilo s3d`), through xsilo's S3 client: multipart uploads with
+// parts in parallel, downloads by parallel ranged GETs into one Buffer.
+//
+// Options:
+//   bucket       required
+//   endpoint     default "" (AWS: https://s3.<region>.amazonaws.com)
+//   region       default us-east-1
+//   access_key, secret_key   default: the AWS_* environment / shared file chain.
+//                Explicit keys are part of config(), so keep them for
+//                ephemeral servers (the embedded one) and use the chain elsewhere.
+//   prefix       default "xsilo/" (object names are <prefix><id>)
+//   connections  default 8: parallel ranges per download
+//   part_bytes   default 67108864 (64 MiB): multipart part size
+//   concurrency  default 8: parts uploaded at once
+//   addressing   auto | path | virtual (default auto)
+//   create_bucket 0|1 (default 1): create the bucket if it is missing
+#include <charconv>
+
+#include "store/builtin.h"
+#include "xsilo/s3/client.h"
+
+namespace xsilo {
+
+namespace {
+
+struct S3ConnectorOptions {
+  std::string bucket, endpoint, region = "us-east-1", access_key, secret_key;
+  std::string prefix = "xsilo/", addressing = "auto";
+  int connections = 8, concurrency = 8;
+  uint64_t part_bytes = 64ull << 20;
+  bool create_bucket = true;
+};
+
+class S3Connector final : public Connector, public PresignedAccess {
+ public:
+  S3Connector(S3ConnectorOptions o, std::unique_ptr<S3Client> client)
+      : o_(std::move(o)), client_(std::move(client)) {}
+
+  std::string_view type() const override { return "s3"; }
+
+  ConnectorConfig config() const override {
+    ConnectorOptions m = {{"bucket", o_.bucket},
+                          {"region", o_.region},
+                          {"prefix", o_.prefix},
+                          {"addressing", o_.addressing},
+                          {"connections", std::to_string(o_.connections)},
+                          {"concurrency", std::to_string(o_.concurrency)},
+                          {"part_bytes", std::to_string(o_.part_bytes)},
+                          {"create_bucket", o_.create_bucket ? "1" : "0"}};
+    if (!o_.endpoint.empty()) m["endpoint"] = o_.endpoint;
+    if (!o_.access_key.empty()) {
+      m["access_key"] = o_.access_key;
+      m["secret_key"] = o_.secret_key;
+    }
+    return {"s3", m};
+  }
+
+  Result<Key> Put(const GatherList& bytes) override {
+    Key key{"s3", RandomObjectId(), bytes.size, {}};
+    XSILO_RETURN_IF_ERROR(Upload(key.id, bytes));
+    return key;
+  }
+
+  Result<std::optional<Buffer>> Get(const Key& key) override {
+    XSILO_RETURN_IF_ERROR(CheckKey(key));
+    DownloadObjectArgs args;
+    args.bucket = o_.bucket;
+    args.key = o_.prefix + key.id;
+    args.connections = o_.connections;
+    auto r = client_->DownloadObject(args);
+    if (!r.ok()) {
+      if (r.status().code() == StatusCode::kNotFound) return std::optional<Buffer>();
+      return r.status();
+    }
+    return std::optional<Buffer>(std::move(r->data));
+  }
+
+  Result<bool> Exists(const Key& key) override {
+    XSILO_RETURN_IF_ERROR(CheckKey(key));
+    auto r = client_->HeadObject({o_.bucket, o_.prefix + key.id});
+    if (r.ok()) return true;
+    if (r.status().code() == StatusCode::kNotFound) return false;
+    return r.status();
+  }
+
+  Status Evict(const Key& key) override {
+    XSILO_RETURN_IF_ERROR(CheckKey(key));
+    return client_->DeleteObject({o_.bucket, o_.prefix + key.id});
+  }
+
+  Result<Key> NewKey() override { return Key{"s3", RandomObjectId(), 0, {}}; }
+
+  Status Set(const Key& key, const GatherList& bytes) override {
+    XSILO_RETURN_IF_ERROR(CheckKey(key));
+    return Upload(key.id, bytes);
+  }
+
+  PresignedAccess* presigned() override { return this; }
+
+  Result<std::string> PresignGet(const Key& key, std::chrono::seconds expiry) override {
+    XSILO_RETURN_IF_ERROR(CheckKey(key));
+    return client_->PresignUrl(
+        {.method = "GET", .bucket = o_.bucket, .key = o_.prefix + key.id, .expires = expiry});
+  }
+
+  Result<std::string> PresignPut(const Key& key, std::chrono::seconds expiry) override {
+    XSILO_RETURN_IF_ERROR(CheckKey(key));
+    return client_->PresignUrl(
+        {.method = "PUT", .bucket = o_.bucket, .key = o_.prefix + key.id, .expires = expiry});
+  }
+
+ private:
+  Status CheckKey(const Key& key) const {
+    if (key.connector != "s3") {
+      return InvalidArgument("key of connector '" + key.connector + "' given to an s3 connector");
+    }
+    if (key.id.empty() || key.id.find('/') != std::string::npos) {
+      return InvalidArgument("invalid object id '" + key.id + "'");
+    }
+    return Status::OK();
+  }
+
+  Status Upload(const std::string& id, const GatherList& bytes) {
+    UploadObjectArgs args;
+    args.bucket = o_.bucket;
+    args.key = o_.prefix + id;
+    args.body = bytes;
+    args.part_size = o_.part_bytes;
+    args.concurrency = o_.concurrency;
+    return client_->UploadObject(args).status();
+  }
+
+  const S3ConnectorOptions o_;
+  const std::unique_ptr<S3Client> client_;
+};
+
+Result<int64_t> IntOption(const ConnectorOptions& options, const char* key, int64_t fallback,
+                          int64_t min, int64_t max) {
+  auto it = options.find(key);
+  if (it == options.end()) return fallback;
+  int64_t v = 0;
+  auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+  if (ec != std::errc() || p != it->second.data() + it->second.size() || v < min || v > max) {
+    return InvalidArgument(std::string("s3 option ") + key + "='" + it->second +
+                           "' must be an integer in [" + std::to_string(min) + ", " +
+                           std::to_string(max) + "]");
+  }
+  return v;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& options) {
+  XSILO_RETURN_IF_ERROR(CheckConnectorOptions(
+      "s3", options,
+      {"bucket", "endpoint", "region", "access_key", "secret_key", "prefix", "connections",
+       "part_bytes", "concurrency", "addressing", "create_bucket"}));
+  S3ConnectorOptions o;
+  auto get = [&](const char* k, std::string* out) {
+    if (auto it = options.find(k); it != options.end()) *out = it->second;
+  };
+  get("bucket", &o.bucket);
+  get("endpoint", &o.endpoint);
+  get("region", &o.region);
+  get("access_key", &o.access_key);
+  get("secret_key", &o.secret_key);
+  get("prefix", &o.prefix);
+  get("addressing", &o.addressing);
+  if (o.bucket.empty()) return InvalidArgument("s3 connector needs option 'bucket'");
+  if (o.access_key.empty() != o.secret_key.empty()) {
+    return InvalidArgument("s3 connector: give both access_key and secret_key, or neither");
+  }
+  XSILO_ASSIGN_OR_RETURN(int64_t connections, IntOption(options, "connections", 8, 1, 256));
+  XSILO_ASSIGN_OR_RETURN(int64_t concurrency, IntOption(options, "concurrency", 8, 1, 256));
+  XSILO_ASSIGN_OR_RETURN(int64_t part,
+                         IntOption(options, "part_bytes", 64ll << 20, 5ll << 20, 5ll << 30));
+  XSILO_ASSIGN_OR_RETURN(int64_t create, IntOption(options, "create_bucket", 1, 0, 1));
+  o.connections = static_cast<int>(connections);
+  o.concurrency = static_cast<int>(concurrency);
+  o.part_bytes = static_cast<uint64_t>(part);
+  o.create_bucket = create == 1;
+
+  S3ClientOptions co;
+  co.endpoint = o.endpoint;
+  co.region = o.region;
+  co.max_connections = std::max(o.connections, o.concurrency);
+  if (o.addressing == "path")
+    co.addressing = S3Addressing::kPath;
+  else if (o.addressing == "virtual")
+    co.addressing = S3Addressing::kVirtualHost;
+  else if (o.addressing != "auto")
+    return InvalidArgument("s3 option addressing must be auto, path or virtual");
+  if (!o.access_key.empty()) co.credentials = StaticCredentials({o.access_key, o.secret_key});
+  XSILO_ASSIGN_OR_RETURN(std::unique_ptr<S3Client> client, S3Client::Create(co));
+  if (o.create_bucket) {
+    Status head = client->HeadBucket({o.bucket});
+    if (head.code() == StatusCode::kNotFound) {
+      Status made = client->CreateBucket({o.bucket});
+      if (!made.ok() && made.code() != StatusCode::kAlreadyExists) return made;
+    } else if (!head.ok()) {
+      return head.WithContext("s3 bucket " + o.bucket);
+    }
+  }
+  return std::unique_ptr<Connector>(std::make_unique<S3Connector>(std::move(o), std::move(client)));
+}
+
+}  // namespace xsilo

@@ -1,0 +1,164 @@
+// grpc+s3, the paper's hybrid backend, across processes: the transport
+// conformance suite with the embedded object server, and a FedAvg-shaped
+// exchange (1 server, 7 client processes, models both ways, 3 rounds)
+// against an external S3 endpoint that is listed empty afterwards.
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <set>
+#include <sstream>
+
+#include "transport/conformance.h"
+#include "transport/test_util.h"
+#include "xsilo/hybrid/hybrid.h"
+#include "xsilo/s3/client.h"
+#include "xsilo/s3/server.h"
+
+extern char** environ;
+
+// Embedded object server in a child of rank 0; clients hold no credentials
+// and fetch through presigned URLs.
+XSILO_TRANSPORT_CONFORMANCE(GrpcS3Embedded, {.backend = "grpc+s3",
+                                             .backend_options = {{"threshold", "65536"}},
+                                             .network = true,
+                                             .label = "grpc_s3_embedded"});
+
+namespace xsilo {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::PatternIntact;
+using testing::PatternMessage;
+
+constexpr const char* kPartyEnv = "XSILO_GRPC_S3_PARTY";
+constexpr int kClients = 7;
+constexpr int kRounds = 3;
+constexpr uint64_t kModelBytes = 20'610'072;  // the Medium tier, float32
+
+TransportOptions PartyOptions(int rank, const std::string& address,
+                              const std::map<std::string, std::string>& store) {
+  TransportOptions o;
+  o.rank = rank;
+  o.world_size = kClients + 1;
+  o.address = address;
+  o.backend = store;
+  return o;
+}
+
+// Client process: receive the model, return an update of the same size.
+int RunClient(int rank, const std::string& address,
+              const std::map<std::string, std::string>& store) {
+  auto t = TransportRegistry::Global().Create("grpc+s3", PartyOptions(rank, address, store));
+  if (!t.ok() || !(*t)->Start().ok()) return 2;
+  for (int r = 0; r < kRounds; ++r) {
+    auto model = (*t)->Receive(120s);
+    if (!model.ok() || !PatternIntact(*model) || model->round != r) return 3;
+    Message update = PatternMessage(kModelBytes, 1000 * rank + r, r);
+    update.type = "update";
+    if (!(*t)->Send(0, std::move(update), 120s).ok()) return 4;
+  }
+  // Stay until the server says it is done, so our uploads are not evicted early.
+  auto bye = (*t)->Receive(120s);
+  (*t)->Stop();
+  return bye.ok() ? 0 : 5;
+}
+
+std::string Encode(const std::map<std::string, std::string>& m) {
+  std::string s;
+  for (const auto& [k, v] : m) s += (s.empty() ? "" : ",") + k + "=" + v;
+  return s;
+}
+
+pid_t SpawnClient(int rank, const std::string& address,
+                  const std::map<std::string, std::string>& store) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  env.push_back(std::string(kPartyEnv) + "=" + std::to_string(rank) + "|" + address + "|" +
+                Encode(store));
+  std::vector<char*> envp;
+  for (auto& s : env) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string exe = "/proc/self/exe";
+  char* argv[] = {exe.data(), nullptr};
+  pid_t pid = -1;
+  posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data());
+  return pid;
+}
+
+TEST(GrpcS3, SevenClientProcessesThreeRoundsBothWaysLeaveTheBucketEmpty) {
+  S3ServerOptions so;
+  so.access_key = "test-access";
+  so.secret_key = "test-secret-key";
+  so.buckets = {"fl"};
+  auto s3 = S3Server::Start(so);
+  ASSERT_TRUE(s3.ok()) << s3.status().ToString();
+  std::map<std::string, std::string> store = {{"store.endpoint", (*s3)->endpoint()},
+                                              {"store.bucket", "fl"},
+                                              {"store.access_key", so.access_key},
+                                              {"store.secret_key", so.secret_key},
+                                              {"store.addressing", "path"}};
+  std::string address = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
+  auto server = TransportRegistry::Global().Create("grpc+s3", PartyOptions(0, address, store));
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  std::vector<pid_t> clients;
+  for (int c = 1; c <= kClients; ++c) clients.push_back(SpawnClient(c, address, store));
+  ASSERT_TRUE((*server)->Start().ok());
+
+  std::vector<int32_t> peers;
+  for (int c = 1; c <= kClients; ++c) peers.push_back(c);
+  for (int r = 0; r < kRounds; ++r) {
+    Message model = PatternMessage(kModelBytes, r, r);
+    model.type = "model";
+    ASSERT_TRUE((*server)->Broadcast(peers, model, 120s).ok()) << "round " << r;
+    std::set<int32_t> from;
+    for (int n = 0; n < kClients; ++n) {
+      auto u = (*server)->Receive(120s);
+      ASSERT_TRUE(u.ok()) << u.status().ToString();
+      EXPECT_TRUE(PatternIntact(*u));
+      EXPECT_EQ(u->round, r);
+      from.insert(u->sender);
+    }
+    EXPECT_EQ(from.size(), size_t{kClients});
+  }
+  Message bye;
+  bye.type = "bye";
+  ASSERT_TRUE((*server)->Broadcast(peers, bye, 60s).ok());
+  for (pid_t pid : clients) {
+    int st = 0;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "client exit status " << st;
+  }
+  (*server)->Stop();
+
+  S3ClientOptions co;
+  co.endpoint = (*s3)->endpoint();
+  co.addressing = S3Addressing::kPath;
+  co.credentials = StaticCredentials({so.access_key, so.secret_key});
+  auto client = S3Client::Create(co);
+  ASSERT_TRUE(client.ok());
+  auto listed = (*client)->ListObjects({.bucket = "fl", .fetch_all = true});
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_TRUE(listed->objects.empty())
+      << listed->objects.size() << " objects left, first " << listed->objects.front().key;
+}
+
+}  // namespace
+
+int RunGrpcS3PartyIfRequested() {
+  const char* spec = std::getenv(kPartyEnv);
+  if (!spec) return -1;
+  std::vector<std::string> f;
+  std::stringstream in(spec);
+  std::string item;
+  while (std::getline(in, item, '|')) f.push_back(item);
+  std::map<std::string, std::string> store;
+  std::stringstream opts(f.size() > 2 ? f[2] : "");
+  while (std::getline(opts, item, ',')) {
+    auto eq = item.find('=');
+    if (eq != std::string::npos) store[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return RunClient(std::stoi(f[0]), f[1], store);
+}
+
+}  // namespace xsilo
