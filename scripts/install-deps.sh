@@ -13,6 +13,8 @@ PACKAGES=(
   libhiredis-dev redis-server
   # tests
   libgtest-dev libgmock-dev
+  # mpi-generic / mpi-buffer transports (Open MPI)
+  libopenmpi-dev openmpi-bin
 )
 
 missing=()

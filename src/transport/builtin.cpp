@@ -4,6 +4,8 @@ namespace xsilo {
 
 void RegisterBuiltinTransports(TransportRegistry& registry) {
   (void)registry.Register(InprocTransportFactory());
+  (void)registry.Register(MpiGenericTransportFactory());
+  (void)registry.Register(MpiBufferTransportFactory());
 }
 
 }  // namespace xsilo

@@ -8,5 +8,8 @@ namespace xsilo {
 void RegisterBuiltinTransports(TransportRegistry& registry);
 
 TransportFactory InprocTransportFactory();
+// Open MPI, one rank per process (src/transport/mpi/).
+TransportFactory MpiGenericTransportFactory();
+TransportFactory MpiBufferTransportFactory();
 
 }  // namespace xsilo
