@@ -15,7 +15,7 @@ extern const char kBuiltinProfiles[];
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // keeps the file's order of environments
 
 Result<json> ReadProfiles(const std::string& path) {
   std::string text;
