@@ -26,6 +26,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -78,6 +79,11 @@ Status ValidateTopology(const Topology& t) {
     }
   }
   if (t.mtu < 1280 || t.mtu > 65000) return InvalidArgument("mtu must be in [1280, 65000]");
+  for (const auto& s : t.sites) {
+    if (s.mtu != 0 && (s.mtu < 1280 || s.mtu > 65000)) {
+      return InvalidArgument("site mtu must be 0 or in [1280, 65000]");
+    }
+  }
   std::set<std::string> names;
   for (const auto& s : t.sites) {
     if (s.name.empty() || s.name.find('.') != std::string::npos ||
@@ -87,6 +93,8 @@ Status ValidateTopology(const Topology& t) {
   }
   return Status::OK();
 }
+
+uint32_t SiteMtu(const Topology& t, size_t i) { return t.sites[i].mtu ? t.sites[i].mtu : t.mtu; }
 
 json LinkToJson(const LinkShape& l) {
   return {{"delay_ms", l.delay_ms},
@@ -106,6 +114,7 @@ json StateToJson(const Topology& t, const Options& o, int pid) {
                      {"address", t.loopback ? "127.0.0.1" : SiteAddress(static_cast<int>(i))},
                      {"tcp_rmem_max", s.tcp_rmem_max},
                      {"tcp_wmem_max", s.tcp_wmem_max},
+                     {"mtu", SiteMtu(t, i)},
                      {"target",
                       {{"rtt_ms", s.target.rtt_ms},
                        {"single_MBps", s.target.single_MBps},
@@ -154,6 +163,7 @@ Result<State> ParseState(const std::string& text, const Options& o) {
       ss.site.region = js.at("region").get<std::string>();
       ss.site.tcp_rmem_max = js.at("tcp_rmem_max").get<uint64_t>();
       ss.site.tcp_wmem_max = js.at("tcp_wmem_max").get<uint64_t>();
+      ss.site.mtu = js.at("mtu").get<uint32_t>();
       const json& tg = js.at("target");
       ss.site.target = {tg.at("rtt_ms").get<double>(), tg.at("single_MBps").get<double>(),
                         tg.at("multi_MBps").get<double>()};
@@ -235,7 +245,7 @@ Result<int> OpenSiteTun(const Topology& t, int index) {
   if (st.ok()) {
     ifreq m{};
     strncpy(m.ifr_name, kDevice, IFNAMSIZ - 1);
-    m.ifr_mtu = static_cast<int>(t.mtu);
+    m.ifr_mtu = static_cast<int>(SiteMtu(t, index));
     if (ioctl(sock, SIOCSIFMTU, &m) != 0)
       st = Internal(std::string("SIOCSIFMTU: ") + strerror(errno));
   }
@@ -301,7 +311,8 @@ Result<int> OpenSiteTun(const Topology& t, int index) {
   int root_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
   if (root_ns < 0) fail(Internal(std::string("open own namespace: ") + strerror(errno)));
   internal::RouterConfig config;
-  config.mtu = t.mtu;
+  config.mtu = 0;
+  for (size_t i = 0; i < t.sites.size(); ++i) config.mtu = std::max(config.mtu, SiteMtu(t, i));
   config.links = t.links;
   config.stop_fd = stop_fd;
   config.stats_path = StateDir(o) + "/stats.json";

@@ -55,13 +55,32 @@ Result<Region> GetRegion(const json& profiles, const std::string& name) {
 
 }  // namespace
 
-// The kernel charges each received segment's whole skb (its truesize, about
-// 10% above the payload for 64 KB segments on a TUN device) against the
-// buffer, and advertises only part of the free space; measured on Linux 6.x
-// with iperf3 over a netem link, a limit of 1.25 x the window lands the
-// single-connection throughput on target.
-uint64_t TcpBufferForWindow(uint64_t window_bytes) {
-  return std::max<uint64_t>(16384, static_cast<uint64_t>(std::ceil(window_bytes * 1.25)));
+namespace {
+constexpr uint32_t kMaxMtu = 64000;
+constexpr uint32_t kMinMtu = 1280;
+constexpr uint32_t kHeaders = 52;  // IPv4 + TCP + timestamp option
+constexpr uint32_t kMinSegments = 8;
+// Window one connection sustains / buffer limit: the kernel charges each
+// segment's whole skb (its truesize) against the buffer and advertises part
+// of the free space. Measured with iperf3 over netem links on Linux 6.x
+// (34 KB segments, buffers 313-390 KB): 0.745-0.76.
+constexpr double kWindowPerBuffer = 0.75;
+}  // namespace
+
+WindowSizing SizeForWindow(uint64_t window_bytes) {
+  const double w = static_cast<double>(std::max<uint64_t>(window_bytes, 1));
+  uint32_t segments =
+      std::max<uint32_t>(kMinSegments, static_cast<uint32_t>(std::ceil(w / (kMaxMtu - kHeaders))));
+  double payload = w / segments;
+  if (payload < kMinMtu - kHeaders) {  // a tiny window: smallest MTU, fewer segments
+    payload = kMinMtu - kHeaders;
+    segments = std::max<uint32_t>(1, static_cast<uint32_t>(std::lround(w / payload)));
+  }
+  WindowSizing s;
+  s.segments = segments;
+  s.mtu = std::min<uint32_t>(kMaxMtu, static_cast<uint32_t>(std::lround(payload)) + kHeaders);
+  s.tcp_buffer = static_cast<uint64_t>(std::ceil(w / kWindowPerBuffer));
+  return s;
 }
 
 uint64_t DefaultQueueBytes(const LinkShape& link, uint32_t mtu) {
@@ -122,7 +141,9 @@ Result<Topology> LoadTopology(std::string_view env, double scale,
                 .single_MBps = r.single_MBps * scale,
                 .multi_MBps = r.multi_MBps * scale};
     double window = s.target.single_MBps * 1e6 * s.target.rtt_ms / 1e3;
-    s.tcp_rmem_max = s.tcp_wmem_max = TcpBufferForWindow(static_cast<uint64_t>(window));
+    WindowSizing sizing = SizeForWindow(static_cast<uint64_t>(window));
+    s.mtu = sizing.mtu;
+    s.tcp_rmem_max = s.tcp_wmem_max = sizing.tcp_buffer;
     largest_buffer = std::max(largest_buffer, s.tcp_rmem_max);
     t.sites.push_back(s);
     to_server.push_back(LinkShape{.delay_ms = r.latency_ms, .rate_MBps = r.multi_MBps * scale});

@@ -33,7 +33,9 @@ TEST(Profiles, CaHkIsTwoSitesWithScaledRates) {
   EXPECT_DOUBLE_EQ(target.multi_MBps, 513 * 0.5);
   // The client's buffers hold one single-connection window (plus overhead).
   const double window = 16.3 * 0.5 * 1e6 * 0.1666;
-  EXPECT_EQ(t->sites[1].tcp_rmem_max, TcpBufferForWindow(static_cast<uint64_t>(window)));
+  WindowSizing sizing = SizeForWindow(static_cast<uint64_t>(window));
+  EXPECT_EQ(t->sites[1].tcp_rmem_max, sizing.tcp_buffer);
+  EXPECT_EQ(t->sites[1].mtu, sizing.mtu);
   EXPECT_GE(t->sites[1].tcp_rmem_max, window);
   EXPECT_LE(t->sites[1].tcp_rmem_max, 2 * window);
   EXPECT_EQ(t->sites[1].tcp_wmem_max, t->sites[1].tcp_rmem_max);
@@ -66,6 +68,24 @@ TEST(Profiles, Errors) {
   EXPECT_EQ(LoadTopology("ca-va", -1).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(LoadTopology("ca-va", 1, "/nonexistent/profiles.json").status().code(),
             StatusCode::kNotFound);
+}
+
+TEST(Profiles, WindowIsWholeSegments) {
+  for (uint64_t window : {60'000ull, 271'558ull, 2'700'000ull, 40'000'000ull}) {
+    WindowSizing s = SizeForWindow(window);
+    SCOPED_TRACE(window);
+    EXPECT_GE(s.segments, 8u);
+    EXPECT_LE(s.mtu, 64000u);
+    EXPECT_GE(s.mtu, 1280u);
+    const double payload = s.mtu - 52.0;
+    EXPECT_NEAR(s.segments * payload, static_cast<double>(window), payload / 2 + 1);
+    // The buffer exceeds the window by the kernel's overhead.
+    EXPECT_GT(static_cast<double>(s.tcp_buffer), 1.2 * static_cast<double>(window));
+    EXPECT_LT(static_cast<double>(s.tcp_buffer), 1.5 * static_cast<double>(window));
+  }
+  EXPECT_EQ(SizeForWindow(2'700'000).segments, 43u);  // 2.7 MB in 63 KB segments
+  EXPECT_EQ(SizeForWindow(271'558).segments, 8u);     // small windows: smaller MTU
+  EXPECT_EQ(SizeForWindow(271'558).mtu, 33997u);
 }
 
 TEST(Profiles, QueueHoldsOneRoundTripAtTheRate) {

@@ -68,7 +68,10 @@ void Up(const NetemArgs& a) {
   auto topology = netem::LoadTopology(a.env, a.scale, a.profiles);
   if (!topology.ok()) Fail("up", topology.status(), 2);
   netem::Topology& t = *topology;
-  if (a.mtu) t.mtu = a.mtu;
+  if (a.mtu) {
+    t.mtu = a.mtu;
+    for (auto& site : t.sites) site.mtu = 0;
+  }
   for (auto& row : t.links) {
     for (auto& l : row) {
       l.jitter_ms = a.jitter_ms;
@@ -124,20 +127,22 @@ void PrintStatus(const NetemArgs& a) {
   if (st.topology.loopback) {
     std::cout << ", loopback (no emulation)\n";
   } else {
-    std::cout << ", mtu " << st.topology.mtu << ", router pid " << st.router_pid
+    std::cout << ", router pid " << st.router_pid
               << (st.router_alive ? " (running" : " (NOT RUNNING: run `xsilo netem down`");
     auto cpu = netem::ProcessCpuSeconds(st.router_pid);
     if (st.router_alive && cpu.ok()) std::cout << ", " << Fixed(*cpu, 1) << " s CPU";
     std::cout << ")\n";
   }
   std::cout << std::left << std::setw(9) << "site" << std::setw(18) << "region" << std::setw(16)
-            << "address" << std::setw(22) << "netns" << std::setw(11) << "tcp buf"
+            << "address" << std::setw(22) << "netns" << std::setw(7) << "mtu" << std::setw(11)
+            << "tcp buf"
             << "link to server\n";
   for (size_t i = 0; i < st.sites.size(); ++i) {
     const auto& s = st.sites[i];
     std::cout << std::setw(9) << s.site.name << std::setw(18)
               << (s.site.region.empty() ? "-" : s.site.region) << std::setw(16) << s.address
-              << std::setw(22) << (s.netns.empty() ? "-" : s.netns) << std::setw(11)
+              << std::setw(22) << (s.netns.empty() ? "-" : s.netns) << std::setw(7)
+              << (st.topology.loopback ? "-" : std::to_string(s.site.mtu)) << std::setw(11)
               << (s.site.tcp_rmem_max ? Bytes(s.site.tcp_rmem_max) : "-");
     if (i > 0 && !st.topology.loopback) {
       const auto& l = st.topology.links[0][i];
@@ -167,8 +172,8 @@ void Check(const NetemArgs& a) {
   if (!state.ok()) Fail("check", state.status());
   const auto& st = *state;
   std::cout << "xsilo netem check: env " << st.topology.env << ", scale " << st.topology.scale
-            << ", mtu " << st.topology.mtu << "; iperf3 server -> client, " << a.check.seconds
-            << " s after " << a.check.omit_seconds << " s omitted\n"
+            << "; iperf3 server -> client, " << a.check.seconds << " s after "
+            << a.check.omit_seconds << " s omitted\n"
             << "targets: RTT within 10%, throughput within 25% of the scaled profile\n";
   std::cout << std::left << std::setw(9) << "site" << std::setw(16) << "region" << std::right
             << std::setw(18) << "RTT ms (target)" << std::setw(24) << "1 stream MB/s (target)"
@@ -178,8 +183,7 @@ void Check(const NetemArgs& a) {
   bool all_ok = true;
   std::ostringstream json;
   json << "{\"env\": \"" << st.topology.env << "\", \"scale\": " << st.topology.scale
-       << ", \"mtu\": " << st.topology.mtu << ", \"seconds\": " << a.check.seconds
-       << ", \"rows\": [";
+       << ", \"seconds\": " << a.check.seconds << ", \"rows\": [";
   bool first = true;
   auto print = [&](const netem::CheckRow& r) {
     bool rtt_ok = Within(r.rtt_ms, r.target.rtt_ms, 0.10);
@@ -237,7 +241,8 @@ void AddNetemCommand(CLI::App& app) {
       ->required();
   up->add_option("--scale", args->scale, "Multiply every bandwidth by S")->capture_default_str();
   up->add_option("--profiles", args->profiles, "Link-profile JSON (default: the built-in copy)");
-  up->add_option("--mtu", args->mtu, "MTU of the site links (default 64000)");
+  up->add_option("--mtu", args->mtu,
+                 "MTU of every site link (default: sized per client from its TCP window)");
   up->add_option("--jitter-ms", args->jitter_ms, "Uniform +- jitter on every link, ms");
   up->add_option("--loss", args->loss, "Random loss probability on every link, [0, 1)");
   up->callback([args] { Up(*args); });

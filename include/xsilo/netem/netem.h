@@ -57,6 +57,8 @@ struct Site {
   // Default 0 = leave the kernel's value.
   uint64_t tcp_rmem_max = 0;
   uint64_t tcp_wmem_max = 0;
+  // MTU of the site's TUN device. Default 0 = Topology::mtu.
+  uint32_t mtu = 0;
   // Targets of this site's link to the server (clients only).
   LinkTarget target;
 };
@@ -66,8 +68,8 @@ struct Topology {
   std::string env = "custom";
   // The factor every bandwidth was multiplied by. Default 1.
   double scale = 1;
-  // MTU of every site's TUN device. Default 64000 (fewer packets, less
-  // router CPU per byte).
+  // MTU of the sites whose Site::mtu is 0. Default 64000 (fewer packets,
+  // less router CPU per byte).
   uint32_t mtu = 64000;
   // sites[0] is the server. At most 200 sites.
   std::vector<Site> sites;
@@ -85,15 +87,24 @@ Result<std::vector<std::string>> Environments(const std::string& profiles_path =
 // the server site plus one site per client. The link between the server and
 // a client takes the client's region profile in both directions (delay =
 // latency_ms, rate = multi_MBps); two clients are joined by the path through
-// the server (delays added, the smaller rate). A client's TCP buffers are
-// sized from single_MBps x RTT (see TcpBufferForWindow); the server's are
-// large enough never to be the limit.
+// the server (delays added, the smaller rate). A client's MTU and TCP buffers are
+// sized from single_MBps x RTT (see SizeForWindow); the server's buffers
+// are large enough never to be the limit.
 Result<Topology> LoadTopology(std::string_view env, double scale,
                               const std::string& profiles_path = "");
 
-// The buffer sysctl value that lets one TCP connection keep `window_bytes`
-// in flight (the kernel counts skb overhead against the buffer).
-uint64_t TcpBufferForWindow(uint64_t window_bytes);
+// How a site makes one TCP connection keep `window_bytes` in flight: the
+// buffer limit is the window plus the kernel's overhead (it charges each
+// segment's whole skb against the buffer and advertises part of the free
+// space), and the MTU is small enough that the window spans at least 8
+// segments (a sender sends whole segments, so coarse ones make the rate
+// jump), but at most 64000.
+struct WindowSizing {
+  uint32_t mtu = 0;
+  uint32_t segments = 0;
+  uint64_t tcp_buffer = 0;  // for tcp_rmem[2] and tcp_wmem[2]
+};
+WindowSizing SizeForWindow(uint64_t window_bytes);
 
 // The queue bound used when LinkShape::queue_bytes is 0.
 uint64_t DefaultQueueBytes(const LinkShape& link, uint32_t mtu);
