@@ -15,6 +15,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   # mpi-generic / mpi-buffer transports (Open MPI)
   libopenmpi-dev openmpi-bin
+  # netem (namespaces; iperf3 for `xsilo netem check`)
+  iproute2 iperf3
 )
 
 missing=()

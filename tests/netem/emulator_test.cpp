@@ -1,0 +1,264 @@
+// The emulator end to end: namespaces, router, delay, rate, cleanup.
+// Needs root and /dev/net/tun; skips with a message otherwise. Every test
+// uses its own prefix and state directory and brings its instance down.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "xsilo/netem/netem.h"
+#include "xsilo/netem/probe.h"
+
+namespace xsilo::netem {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+std::vector<std::string> NamespacesWithPrefix(const std::string& prefix) {
+  std::vector<std::string> out;
+  DIR* d = opendir("/run/netns");
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n.rfind(prefix + ".", 0) == 0) out.push_back(n);
+  }
+  closedir(d);
+  return out;
+}
+
+bool Exists(pid_t pid) { return kill(pid, 0) == 0; }
+
+// A TCP socket of the calling thread's namespace connected to address:port.
+int Connect(const std::string& address, uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  inet_pton(AF_INET, address.c_str(), &a.sin_addr);
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+class EmulatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Status s = CheckPrerequisites();
+    if (!s.ok()) GTEST_SKIP() << "netem emulator tests skipped: " << s.message();
+    static int counter = 0;
+    options_.prefix = "xt" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+    dir_ = std::filesystem::temp_directory_path() / ("xsilo-netem-" + options_.prefix);
+    options_.state_dir = dir_.string();
+  }
+  void TearDown() override {
+    if (options_.state_dir.empty()) return;  // skipped
+    EXPECT_TRUE(Down(options_).ok());
+    EXPECT_TRUE(NamespacesWithPrefix(options_.prefix).empty());
+    std::filesystem::remove_all(dir_);
+  }
+
+  // Two sites joined by `link` in both directions.
+  static Topology TwoSites(const LinkShape& link) {
+    Topology t;
+    t.sites = {Site{.name = "a"}, Site{.name = "b"}};
+    t.links.assign(2, std::vector<LinkShape>(2));
+    t.links[0][1] = t.links[1][0] = link;
+    return t;
+  }
+
+  State UpOrDie(const Topology& t) {
+    Status s = Up(t, options_);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    auto state = LoadState(options_);
+    EXPECT_TRUE(state.ok()) << state.status().ToString();
+    return state.ok() ? *state : State{};
+  }
+
+  Options options_;
+  std::filesystem::path dir_;
+};
+
+TEST_F(EmulatorTest, TwentyMsOneWayGivesFortyMsEchoRtt) {
+  State state = UpOrDie(TwoSites(LinkShape{.delay_ms = 20}));
+  ASSERT_TRUE(state.router_alive);
+  ASSERT_EQ(state.sites.size(), 2u);
+  auto echo = EchoServer::Start(state, 1);
+  ASSERT_TRUE(echo.ok()) << echo.status().ToString();
+
+  std::vector<double> rtts;
+  std::string error;
+  std::thread client([&] {
+    Status s = EnterSite(state, 0);
+    if (!s.ok()) {
+      error = s.ToString();
+      return;
+    }
+    int fd = Connect(state.sites[1].address, (*echo)->port());
+    if (fd < 0) {
+      error = "connect failed";
+      return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    for (int i = 0; i < 21; ++i) {
+      char out = static_cast<char>('a' + i), in = 0;
+      auto t0 = Clock::now();
+      if (write(fd, &out, 1) != 1 || read(fd, &in, 1) != 1 || in != out) {
+        error = "echo failed";
+        break;
+      }
+      if (i > 0)
+        rtts.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    close(fd);
+  });
+  client.join();
+  ASSERT_EQ(error, "");
+  ASSERT_EQ(rtts.size(), 20u);
+  double median = Median(rtts);
+  std::cout << "median echo RTT " << median << " ms over " << rtts.size() << " samples\n";
+  EXPECT_NEAR(median, 40.0, 4.0);
+  // The router never delivers early.
+  EXPECT_GE(*std::min_element(rtts.begin(), rtts.end()), 39.9);
+}
+
+TEST_F(EmulatorTest, RateLimitHolds) {
+  constexpr double kRate = 4.0;  // MB/s
+  State state = UpOrDie(TwoSites(LinkShape{.delay_ms = 5, .rate_MBps = kRate}));
+  ASSERT_TRUE(state.router_alive);
+
+  int listener = -1;
+  uint16_t port = 0;
+  std::thread setup([&] {
+    if (!EnterSite(state, 1).ok()) return;
+    listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    inet_pton(AF_INET, state.sites[1].address.c_str(), &a.sin_addr);
+    socklen_t len = sizeof a;
+    if (bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        listen(listener, 1) != 0 ||
+        getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      close(listener);
+      listener = -1;
+      return;
+    }
+    port = ntohs(a.sin_port);
+  });
+  setup.join();
+  ASSERT_GE(listener, 0);
+
+  constexpr uint64_t kTotal = 14'000'000, kWarmup = 2'000'000;
+  double measured_MBps = 0;
+  uint64_t received = 0;
+  std::thread receiver([&] {
+    pollfd p{listener, POLLIN, 0};
+    if (poll(&p, 1, 10000) != 1) return;
+    int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    std::vector<char> buf(1 << 16);
+    Clock::time_point start;
+    while (received < kTotal) {
+      ssize_t n = read(fd, buf.data(), buf.size());
+      if (n <= 0) break;
+      if (received < kWarmup && received + n >= kWarmup) start = Clock::now();
+      received += static_cast<uint64_t>(n);
+    }
+    double s = std::chrono::duration<double>(Clock::now() - start).count();
+    if (received >= kTotal) measured_MBps = (received - kWarmup) / s / 1e6;
+    close(fd);
+  });
+  std::thread sender([&] {
+    if (!EnterSite(state, 0).ok()) return;
+    int fd = Connect(state.sites[1].address, port);
+    if (fd < 0) return;
+    std::vector<char> buf(1 << 16, 'x');
+    uint64_t sent = 0;
+    while (sent < kTotal) {
+      ssize_t n = write(fd, buf.data(), std::min<uint64_t>(buf.size(), kTotal - sent));
+      if (n <= 0) break;
+      sent += static_cast<uint64_t>(n);
+    }
+    close(fd);
+  });
+  sender.join();
+  receiver.join();
+  close(listener);
+  ASSERT_EQ(received, kTotal);
+  std::cout << "throughput " << measured_MBps << " MB/s at a " << kRate << " MB/s limit\n";
+  EXPECT_NEAR(measured_MBps, kRate, 0.2 * kRate);
+}
+
+// A process that sits in site `site` until killed.
+pid_t SleepInSite(const State& state, int site) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (!EnterSite(state, site).ok()) _exit(1);
+    execlp("sleep", "sleep", "600", nullptr);
+    _exit(127);
+  }
+  return pid;
+}
+
+TEST_F(EmulatorTest, DownLeavesNoNamespaceAndNoProcess) {
+  State state = UpOrDie(TwoSites(LinkShape{.delay_ms = 1}));
+  ASSERT_TRUE(state.router_alive);
+  EXPECT_EQ(NamespacesWithPrefix(options_.prefix).size(), 2u);
+  pid_t sleeper = SleepInSite(state, 1);
+  ASSERT_GT(sleeper, 0);
+  std::this_thread::sleep_for(200ms);  // let it enter the site
+
+  ASSERT_TRUE(Down(options_).ok());
+  EXPECT_TRUE(NamespacesWithPrefix(options_.prefix).empty());
+  EXPECT_FALSE(Exists(state.router_pid)) << "router " << state.router_pid << " still exists";
+  EXPECT_FALSE(Exists(sleeper)) << "process left in a site";
+  EXPECT_FALSE(std::filesystem::exists(dir_));
+  EXPECT_EQ(LoadState(options_).status().code(), StatusCode::kNotFound);
+  EXPECT_TRUE(Down(options_).ok());  // idempotent
+}
+
+TEST_F(EmulatorTest, DownAndUpCleanUpAfterARouterCrash) {
+  State state = UpOrDie(TwoSites(LinkShape{.delay_ms = 1}));
+  ASSERT_TRUE(state.router_alive);
+  ASSERT_EQ(kill(state.router_pid, SIGKILL), 0);
+  waitpid(state.router_pid, nullptr, 0);
+  auto crashed = LoadState(options_);
+  ASSERT_TRUE(crashed.ok());
+  EXPECT_FALSE(crashed->router_alive);
+  EXPECT_EQ(Up(TwoSites(LinkShape{.delay_ms = 1}), options_).code(), StatusCode::kOk)
+      << "Up replaces a crashed instance";
+  auto again = LoadState(options_);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->router_alive);
+  EXPECT_EQ(Up(TwoSites(LinkShape{.delay_ms = 1}), options_).code(), StatusCode::kAlreadyExists);
+  ASSERT_EQ(kill(again->router_pid, SIGKILL), 0);
+  waitpid(again->router_pid, nullptr, 0);
+  ASSERT_TRUE(Down(options_).ok());
+  EXPECT_TRUE(NamespacesWithPrefix(options_.prefix).empty());
+}
+
+}  // namespace
+}  // namespace xsilo::netem
