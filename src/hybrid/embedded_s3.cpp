@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -21,7 +22,15 @@ namespace {
 // (or dies). Never returns.
 [[noreturn]] void ServeInChild(int ready_fd, int control_fd, const std::string& host, int port,
                                const std::string& access, const std::string& secret) {
+  // Dies with the parent. (The signal follows the forking *thread*: create
+  // the transport on a thread that lives as long as it.)
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // Keep none of the parent's descriptors (listening sockets, files): only
+  // the two pipe ends.
+  int lo = std::min(ready_fd, control_fd), hi = std::max(ready_fd, control_fd);
+  if (lo > 3) ::close_range(3, lo - 1, 0);
+  if (hi > lo + 1) ::close_range(lo + 1, hi - 1, 0);
+  ::close_range(hi + 1, ~0U, 0);
   S3ServerOptions o;
   o.host = host;
   o.port = port;
@@ -43,7 +52,8 @@ namespace {
 
 }  // namespace
 
-Result<std::shared_ptr<EmbeddedS3>> EmbeddedS3::Start(const std::string& bind_host, int port) {
+Result<std::shared_ptr<EmbeddedS3>> EmbeddedS3::Start(const std::string& bind_host, int port,
+                                                      const std::string& advertise_host) {
   int ready[2], control[2];
   if (::pipe2(ready, O_CLOEXEC) != 0) return Internal(std::string("pipe: ") + std::strerror(errno));
   if (::pipe2(control, O_CLOEXEC) != 0) {
@@ -54,7 +64,11 @@ Result<std::shared_ptr<EmbeddedS3>> EmbeddedS3::Start(const std::string& bind_ho
   std::string access = RandomObjectId().substr(0, 20);
   std::string secret = RandomObjectId();
   pid_t pid = ::fork();
-  if (pid < 0) return Internal(std::string("fork: ") + std::strerror(errno));
+  if (pid < 0) {
+    int err = errno;
+    for (int fd : {ready[0], ready[1], control[0], control[1]}) ::close(fd);
+    return Internal(std::string("fork: ") + std::strerror(err));
+  }
   if (pid == 0) {
     ::close(ready[0]);
     ::close(control[1]);
@@ -71,8 +85,9 @@ Result<std::shared_ptr<EmbeddedS3>> EmbeddedS3::Start(const std::string& bind_ho
   pollfd p{ready[0], POLLIN, 0};
   if (::poll(&p, 1, 30000) == 1 && ::read(ready[0], &bound, sizeof(bound)) == sizeof(bound) &&
       bound > 0) {
-    std::string host = bind_host == "0.0.0.0" ? "127.0.0.1" : bind_host;
-    s->endpoint_ = "http://" + host + ":" + std::to_string(bound);
+    const std::string& host = advertise_host;
+    s->endpoint_ = "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) +
+                   ":" + std::to_string(bound);
   }
   ::close(ready[0]);
   if (s->endpoint_.empty()) {

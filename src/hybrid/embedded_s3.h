@@ -15,8 +15,10 @@ namespace xsilo {
 class EmbeddedS3 {
  public:
   // Forks a child serving S3 (objects in memory) on bind_host:port (0 =
-  // ephemeral) with fresh random credentials and the bucket "xsilo".
-  static Result<std::shared_ptr<EmbeddedS3>> Start(const std::string& bind_host, int port);
+  // ephemeral) with fresh random credentials and the bucket "xsilo". The
+  // endpoint names `advertise_host`, the address other parties reach.
+  static Result<std::shared_ptr<EmbeddedS3>> Start(const std::string& bind_host, int port,
+                                                   const std::string& advertise_host);
   ~EmbeddedS3();  // stops the child and waits for it
 
   const std::string& endpoint() const { return endpoint_; }

@@ -3,13 +3,21 @@
 //    and hand the stub to the inner transport, in submission order;
 //  - one fetch thread: reads stubs and acks from the inner transport's queue,
 //    pulls each object, verifies it, delivers the whole Message, acknowledges;
-//  - one reaper: evicts objects past their TTL.
+//  - one reaper: evicts objects past their TTL and upload grants past their
+//    expiry.
+//
+// Upload grants (HybridOptions::grant_uploads): a party that can presign
+// sends each receiver, ahead of a message, a private grant (fresh key +
+// presigned PUT URL) unless the receiver already holds enough. A receiver
+// without storage access spends one on its next big send back to that
+// party; the granting party evicts the object as soon as it has fetched it.
 #include <condition_variable>
 #include <deque>
 #include <future>
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "xsilo/core/codec.h"
@@ -38,6 +46,23 @@ struct Object {
   int64_t pending_acks = 0;
   Clock::time_point last_use;
 };
+
+// An upload grant received from a party: where our next big send to it goes.
+struct Grant {
+  Key key;
+  std::string url;
+  Clock::time_point usable_until;
+};
+
+// An upload grant we issued: evicted when used, or once it has expired.
+struct Issued {
+  int32_t peer;
+  Key key;
+  Clock::time_point expires;
+};
+
+constexpr const char* kGrantType = "xsilo.hybrid.grant";
+constexpr size_t kGrantsPerPeer = 2;
 
 class HybridTransport final : public Transport {
  public:
@@ -90,6 +115,12 @@ class HybridTransport final : public Transport {
       objects.swap(objects_by_id_);
       objects_by_content_.clear();
     }
+    std::map<std::string, Issued> issued;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      issued.swap(issued_);
+    }
+    for (auto& [id, g] : issued) (void)connector_->Evict(g.key);
     for (auto& j : jobs) j.done(Cancelled("transport stopped before the send started"));
     // Objects are ours: nothing outlives the sender's transport.
     for (auto& [id, obj] : objects) {
@@ -143,7 +174,7 @@ class HybridTransport final : public Transport {
         job = std::move(jobs_.front());
         jobs_.pop_front();
       }
-      Result<Message> stub = Offload(std::move(job.message), job.peers.size());
+      Result<Message> stub = Offload(std::move(job.message), job.peers);
       // Hand stubs to the inner transport in submission order, so per-peer
       // order holds although uploads run in parallel.
       {
@@ -155,6 +186,7 @@ class HybridTransport final : public Transport {
           return;
         }
       }
+      if (stub.ok()) SendGrants(job.peers);
       if (!stub.ok()) {
         job.done(stub.status());
       } else if (job.broadcast) {
@@ -172,8 +204,9 @@ class HybridTransport final : public Transport {
 
   // Moves big tensors to the connector (once per content) and returns the
   // stub that crosses the control plane.
-  Result<Message> Offload(Message m, size_t receivers) {
-    if (!connector_) return m;  // no storage access: everything inline
+  Result<Message> Offload(Message m, const std::vector<int32_t>& peers) {
+    const size_t receivers = peers.size();
+    if (!connector_ && receivers != 1) return m;  // no storage access: inline
     TensorMap big;
     for (auto it = m.tensors.begin(); it != m.tensors.end();) {
       if (it->second.nbytes() > 0 && it->second.nbytes() >= hybrid_.threshold_bytes) {
@@ -183,6 +216,7 @@ class HybridTransport final : public Transport {
       }
     }
     if (big.empty()) return m;
+    if (!connector_) return OffloadThroughGrant(std::move(m), std::move(big), peers[0]);
     EncodedPayload payload = EncodeSafetensors(big);
     const std::string content =
         std::to_string(payload.checksum) + ":" + std::to_string(payload.bytes.size);
@@ -235,6 +269,88 @@ class HybridTransport final : public Transport {
     return m;
   }
 
+  // A party without storage access: upload through a grant from `peer`, or
+  // put the tensors back inline when it holds none (or the upload fails).
+  Message OffloadThroughGrant(Message m, TensorMap big, int32_t peer) {
+    std::optional<Grant> grant;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& held = grants_[peer];
+      while (!held.empty() && !grant) {
+        if (held.front().usable_until > Clock::now()) grant = held.front();
+        held.pop_front();
+      }
+    }
+    if (grant) {
+      EncodedPayload payload = EncodeSafetensors(big);
+      Status put = HttpPutUrl(grant->url, payload.bytes);
+      if (put.ok()) {
+        Key key = grant->key;
+        key.size = payload.bytes.size;
+        m.params[kHybridKeyParam] = key.ToJson();
+        m.params[kHybridChecksumParam] = static_cast<int64_t>(payload.checksum);
+        return m;
+      }
+      std::cerr << "xsilo " << name_ << ": upload through a grant of rank " << peer
+                << " failed, sending inline: " << put.ToString() << "\n";
+    }
+    for (auto& [name, t] : big) m.tensors.insert_or_assign(name, std::move(t));
+    return m;
+  }
+
+  // Grants each peer that holds fewer than kGrantsPerPeer a fresh upload key.
+  // Sent ahead of the message, on the same ordered channel.
+  void SendGrants(const std::vector<int32_t>& peers) {
+    if (!hybrid_.grant_uploads || !connector_ || !connector_->presigned()) return;
+    for (int32_t p : peers) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (issued_per_peer_[p] >= kGrantsPerPeer) continue;
+      }
+      auto key = connector_->NewKey();
+      if (!key.ok()) return;
+      auto url = connector_->presigned()->PresignPut(*key, hybrid_.presign_expiry);
+      if (!url.ok()) return;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        issued_[key->id] = {p, *key, Clock::now() + hybrid_.presign_expiry};
+        ++issued_per_peer_[p];
+      }
+      Message g;
+      g.type = kGrantType;
+      g.params["key"] = key->ToJson();
+      g.params["url"] = *url;
+      g.params["expires_s"] = static_cast<int64_t>(hybrid_.presign_expiry.count());
+      inner_->SendAsync(p, std::move(g), [](const Status&) {});
+    }
+  }
+
+  void OnGrant(const Message& m) {
+    auto key_json = m.GetString("key");
+    auto url = m.GetString("url");
+    auto expires = m.GetInt("expires_s");
+    if (!key_json.ok() || !url.ok() || !expires.ok()) return;
+    auto key = Key::FromJson(*key_json);
+    if (!key.ok()) return;
+    // Keep a margin for the upload itself and for clock drift.
+    auto life = std::chrono::seconds(*expires);
+    auto until = Clock::now() + life - std::min<Clock::duration>(life / 4, std::chrono::minutes(1));
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& held = grants_[m.sender];
+    held.push_back({*key, *url, until});
+    while (held.size() > 2 * kGrantsPerPeer) held.pop_front();
+  }
+
+  // Caller holds mu_. True when `id` is a grant this party issued (now used).
+  bool TakeIssued(const std::string& id, Key* key) {
+    auto it = issued_.find(id);
+    if (it == issued_.end()) return false;
+    *key = it->second.key;
+    --issued_per_peer_[it->second.peer];
+    issued_.erase(it);
+    return true;
+  }
+
   void OnAck(const Message& m) {
     auto id = m.GetString("id");
     if (!id.ok()) return;
@@ -247,7 +363,7 @@ class HybridTransport final : public Transport {
       done = it->second;
       Forget(done);
     }
-    (void)connector_->Evict(done->key);
+    if (connector_) (void)connector_->Evict(done->key);
   }
 
   // Caller holds mu_.
@@ -276,8 +392,25 @@ class HybridTransport final : public Transport {
         OnAck(m);
         continue;
       }
+      if (m.type == kGrantType) {
+        if (!connector_) OnGrant(m);
+        continue;
+      }
       std::string key_id;
       Status s = Restore(&m, &key_id);
+      if (!key_id.empty() && connector_) {
+        // An upload through one of our grants: the object was for us alone.
+        Key granted;
+        bool ours;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          ours = TakeIssued(key_id, &granted);
+        }
+        if (ours) {
+          (void)connector_->Evict(granted);
+          key_id.clear();
+        }
+      }
       if (!s.ok()) {
         // The message cannot be rebuilt: say so rather than deliver half of it.
         std::cerr << "xsilo " << name_ << ": dropping message from rank " << m.sender << ": "
@@ -303,6 +436,7 @@ class HybridTransport final : public Transport {
     auto sum = m->GetInt(kHybridChecksumParam);
     if (!key_json.ok() || !sum.ok()) return Corrupt("hybrid stub without key or checksum");
     XSILO_ASSIGN_OR_RETURN(Key key, Key::FromJson(*key_json));
+    *key_id = key.id;  // also on failure: a granted upload is evicted regardless
     std::optional<Buffer> object;
     if (connector_) {
       XSILO_ASSIGN_OR_RETURN(object, connector_->Get(key));
@@ -311,10 +445,14 @@ class HybridTransport final : public Transport {
       if (!url.ok()) {
         return FailedPrecondition("stub carries no URL and this party has no storage access");
       }
-      auto fetched = HttpGetUrl(*url);
+      UrlDownloadArgs args;
+      args.url = *url;
+      args.size = key.size;
+      args.connections = hybrid_.url_connections;
+      auto fetched = HttpGetUrlRanges(args);
       if (!fetched.ok() && fetched.status().code() != StatusCode::kNotFound)
         return fetched.status();
-      if (fetched.ok()) object = std::move(fetched).value();
+      if (fetched.ok()) object = std::move(fetched->data);
     }
     if (!object) return NotFound("object " + key.id + " is gone (evicted or expired)");
     if (static_cast<int64_t>(Checksum(object->span())) != *sum) {
@@ -327,7 +465,6 @@ class HybridTransport final : public Transport {
     m->params.erase(kHybridKeyParam);
     m->params.erase(kHybridChecksumParam);
     m->params.erase(kHybridUrlParam);
-    *key_id = key.id;
     return Status::OK();
   }
 
@@ -341,8 +478,19 @@ class HybridTransport final : public Transport {
         if (now - obj->last_use > hybrid_.ttl) expired.push_back(obj);
       }
       for (const auto& obj : expired) Forget(obj);
+      std::vector<Key> lapsed;
+      for (auto it = issued_.begin(); it != issued_.end();) {
+        if (now > it->second.expires) {
+          lapsed.push_back(it->second.key);
+          --issued_per_peer_[it->second.peer];
+          it = issued_.erase(it);
+        } else {
+          ++it;
+        }
+      }
       lock.unlock();
       for (const auto& obj : expired) (void)connector_->Evict(obj->key);
+      for (const auto& key : lapsed) (void)connector_->Evict(key);
       lock.lock();
     }
   }
@@ -365,6 +513,9 @@ class HybridTransport final : public Transport {
   uint64_t next_seq_ = 0, next_issue_ = 0;
   std::map<std::string, std::shared_ptr<Object>> objects_by_content_;
   std::map<std::string, std::shared_ptr<Object>> objects_by_id_;
+  std::map<int32_t, std::deque<Grant>> grants_;  // received, by granting rank
+  std::map<std::string, Issued> issued_;         // issued, by key id
+  std::map<int32_t, size_t> issued_per_peer_;
   std::vector<std::thread> workers_;
   std::thread fetcher_, reaper_;
 };

@@ -20,6 +20,16 @@ Result<int64_t> ParseInt(const std::string& key, const std::string& value, int64
   return v;
 }
 
+// "host:port", "[v6]:port" or "host" -> host; "" when there is none.
+std::string HostOf(const std::string& address) {
+  if (!address.empty() && address[0] == '[') {
+    auto close = address.find(']');
+    return close == std::string::npos ? "" : address.substr(1, close - 1);
+  }
+  auto colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
 Result<std::unique_ptr<Transport>> Compose(const std::string& base,
                                            const std::string& connector_type,
                                            const TransportOptions& options) {
@@ -45,6 +55,12 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
     } else if (k == "presign_s") {
       XSILO_ASSIGN_OR_RETURN(int64_t t, ParseInt(k, v, 0));
       hybrid.presign_expiry = std::chrono::seconds(t);
+    } else if (k == "connections") {
+      XSILO_ASSIGN_OR_RETURN(int64_t t, ParseInt(k, v, 1));
+      hybrid.url_connections = static_cast<int>(std::min<int64_t>(t, 256));
+    } else if (k == "grants") {
+      if (v != "0" && v != "1") return InvalidArgument("hybrid option grants must be 0 or 1");
+      hybrid.grant_uploads = v == "1";
     } else if (k == "workers") {
       XSILO_ASSIGN_OR_RETURN(int64_t t, ParseInt(k, v, 1));
       hybrid.workers = static_cast<int>(std::min<int64_t>(t, 64));
@@ -52,11 +68,63 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
       inner_options.backend[k] = v;
     }
   }
+  // An s3 store without an endpoint is the embedded object server: rank 0
+  // runs it in a child process; the other parties hold no credentials and
+  // use the presigned URLs rank 0 hands out.
+  const bool embedded = connector_type == "s3" &&
+                        (store.options.count("embedded") ? store.options["embedded"] == "1"
+                                                         : store.options.count("endpoint") == 0);
+  std::string bind, advertise;
+  int64_t port = 0;
+  for (const char* k : {"embedded", "embedded_bind", "embedded_port"}) {
+    auto it = store.options.find(k);
+    if (it == store.options.end()) continue;
+    if (std::string(k) == "embedded") {
+      if (it->second != "0" && it->second != "1")
+        return InvalidArgument("store.embedded must be 0 or 1");
+    } else if (std::string(k) == "embedded_bind") {
+      bind = it->second;
+    } else {
+      XSILO_ASSIGN_OR_RETURN(port, ParseInt("store.embedded_port", it->second, 0));
+      if (port > 65535) return InvalidArgument("store.embedded_port must be in [0, 65535]");
+    }
+    store.options.erase(it);
+  }
+  std::shared_ptr<Connector> connector;
+  std::shared_ptr<void> keepalive;
+  if (embedded) {
+    if (hybrid.presign_expiry.count() <= 0) {
+      return InvalidArgument("the embedded object server needs presigned URLs (presign_s > 0)");
+    }
+    hybrid.grant_uploads = true;
+    if (options.rank == 0) {
+      advertise = HostOf(options.address);
+      if (advertise.empty() || advertise == "0.0.0.0" || advertise == "::" || advertise == "[::]") {
+        advertise = "127.0.0.1";
+      }
+      if (bind.empty()) bind = advertise;
+      // Forked before the inner transport exists, while this process has
+      // as few threads as it will ever have.
+      XSILO_ASSIGN_OR_RETURN(std::shared_ptr<EmbeddedS3> server,
+                             EmbeddedS3::Start(bind, static_cast<int>(port), advertise));
+      store.options["endpoint"] = server->endpoint();
+      store.options["access_key"] = server->access_key();
+      store.options["secret_key"] = server->secret_key();
+      store.options["bucket"] = EmbeddedS3::kBucket;
+      store.options["addressing"] = "path";
+      store.options["create_bucket"] = "0";
+      XSILO_ASSIGN_OR_RETURN(std::unique_ptr<Connector> c, MakeConnector(store));
+      connector = std::move(c);
+      keepalive = std::move(server);
+    }
+  } else {
+    XSILO_ASSIGN_OR_RETURN(std::unique_ptr<Connector> c, MakeConnector(store));
+    connector = std::move(c);
+  }
   XSILO_ASSIGN_OR_RETURN(std::unique_ptr<Transport> inner,
                          TransportRegistry::Global().Create(base, inner_options));
-  XSILO_ASSIGN_OR_RETURN(std::unique_ptr<Connector> connector, MakeConnector(store));
-  return MakeHybridTransport(options, std::move(inner),
-                             std::shared_ptr<Connector>(std::move(connector)), hybrid);
+  return MakeHybridTransport(options, std::move(inner), std::move(connector), hybrid,
+                             connector_type, std::move(keepalive));
 }
 
 // Installs the composite factory when the library is loaded (the hybrid

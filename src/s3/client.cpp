@@ -1153,19 +1153,19 @@ Result<std::string> S3Client::PresignUrl(const PresignArgs& args) {
 // ------------------------------------------------------- credential-less use
 
 namespace {
-Status PlainTransfer(const std::string& method, const std::string& url, const GatherList* body,
-                     std::chrono::milliseconds timeout, Reply* reply) {
+// `call` names the method, the URL (in `key`), extra headers, the body and
+// where a 2xx body goes.
+Status PlainTransfer(const Call& call, std::chrono::milliseconds timeout, Reply* reply) {
   GlobalCurlInit();
   CURL* h = curl_easy_init();
   if (!h) return Internal("curl_easy_init failed");
-  Call call;
-  call.method = method;
-  call.key = url;
-  call.body = body;
-  call.allocate_body = method == "GET";
+  const std::string& method = call.method;
+  const std::string& url = call.key;
+  const GatherList* body = call.body;
   Transfer t{&call, reply};
   char errbuf[CURL_ERROR_SIZE] = {0};
   curl_slist* list = curl_slist_append(nullptr, "Expect:");
+  for (const auto& [k, v] : call.headers) list = curl_slist_append(list, (k + ": " + v).c_str());
   curl_easy_setopt(h, CURLOPT_URL, url.c_str());
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, list);
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -1201,22 +1201,106 @@ Status PlainTransfer(const std::string& method, const std::string& url, const Ga
     reply->body = Buffer::CopyFrom(reply->text);
   } else if (call.allocate_body && reply->received != reply->body.size()) {
     return Unavailable("response body ended early");
+  } else if (call.dest && reply->received != call.dest_capacity) {
+    return Unavailable("response body ended early");
   }
   return Status::OK();
 }
 }  // namespace
 
 Result<Buffer> HttpGetUrl(const std::string& url, std::chrono::milliseconds timeout) {
+  Call c;
+  c.method = "GET";
+  c.key = url;
+  c.allocate_body = true;
   Reply r;
-  XSILO_RETURN_IF_ERROR(PlainTransfer("GET", url, nullptr, timeout, &r));
+  XSILO_RETURN_IF_ERROR(PlainTransfer(c, timeout, &r));
   return std::move(r.body);
 }
 
 Status HttpPutUrl(const std::string& url, const GatherList& body,
                   std::chrono::milliseconds timeout) {
   XSILO_RETURN_IF_ERROR(ValidateGather(body));
+  Call c;
+  c.method = "PUT";
+  c.key = url;
+  c.body = &body;
   Reply r;
-  return PlainTransfer("PUT", url, &body, timeout, &r);
+  return PlainTransfer(c, timeout, &r);
+}
+
+Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
+  if (args.url.empty()) return InvalidArgument("HttpGetUrlRanges: empty URL");
+  if (args.connections < 1 || args.connections > 256) {
+    return InvalidArgument("HttpGetUrlRanges: connections must be in [1, 256]");
+  }
+  UrlDownloadResult out;
+  XSILO_ASSIGN_OR_RETURN(out.data, Buffer::Allocate(args.size));
+  if (args.size == 0) {
+    XSILO_ASSIGN_OR_RETURN(Buffer whole, HttpGetUrl(args.url, args.timeout));
+    if (whole.size() != 0) return Corrupt("object is not empty as announced");
+    return out;
+  }
+  const uint64_t size = args.size;
+  uint64_t range = (size + args.connections - 1) / args.connections;
+  range = std::clamp<uint64_t>(range, 1ull << 20, 64ull << 20);
+  const uint64_t n_ranges = (size + range - 1) / range;
+  out.ranges = n_ranges;
+  std::atomic<uint64_t> next{0}, retries{0};
+  std::atomic<bool> failed{false};
+  std::mutex err_mu;
+  Status first_error;
+  uint8_t* base = out.data.mutable_data();
+  std::mt19937_64 rng(std::random_device{}());
+  auto fetch_range = [&](uint64_t start, uint64_t len) -> Status {
+    uint64_t done = 0;
+    for (int attempt = 0;; ++attempt) {
+      Call c;
+      c.method = "GET";
+      c.key = args.url;
+      c.headers.emplace_back(
+          "Range", "bytes=" + std::to_string(start + done) + "-" + std::to_string(start + len - 1));
+      c.dest = base + start + done;
+      c.dest_capacity = len - done;
+      c.expect_status = 206;
+      Reply r;
+      Status st = PlainTransfer(c, args.timeout, &r);
+      if (r.status >= 200 && r.status < 300) done += r.received;  // resume after what arrived
+      if (st.ok() && done == len) return Status::OK();
+      if (st.ok()) st = Unavailable("range ended early at byte " + std::to_string(start + done));
+      bool retryable = r.status == 0 || r.status >= 500 || (r.status >= 200 && r.status < 300);
+      if (!retryable || attempt >= args.max_range_retries || failed.load()) {
+        return st.WithContext("range " + std::to_string(start) + "+" + std::to_string(len) +
+                              " after " + std::to_string(attempt) + " retries");
+      }
+      retries.fetch_add(1);
+      auto base_ms = args.retry_base_delay.count() << std::min(attempt, 10);
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(base_ms / 2 + static_cast<int64_t>(rng() % (base_ms / 2 + 1))));
+    }
+  };
+  const int n_workers =
+      static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(args.connections), n_ranges));
+  std::vector<std::thread> workers;
+  for (int w = 0; w < n_workers; ++w) {
+    workers.emplace_back([&] {
+      while (!failed.load()) {
+        uint64_t i = next.fetch_add(1);
+        if (i >= n_ranges) break;
+        uint64_t start = i * range;
+        Status st = fetch_range(start, std::min(range, size - start));
+        if (!st.ok()) {
+          std::lock_guard<std::mutex> lock(err_mu);
+          if (first_error.ok()) first_error = st;
+          failed = true;
+        }
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  out.range_retries = retries.load();
+  if (failed) return first_error;
+  return out;
 }
 
 }  // namespace xsilo

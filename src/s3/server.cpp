@@ -215,6 +215,11 @@ void S3Server::Impl::SendError(Ctx& c, const Status& st) {
 }
 
 void S3Server::Impl::Handle(const HttpRequest& req, BodyReader& body, HttpResponse* resp) {
+  if (opts.on_request) {
+    S3FaultRequest f{req.method, req.raw_path, {}, req.raw_query};
+    if (const std::string* r = req.Header("range")) f.range = *r;
+    opts.on_request(f);
+  }
   char id[32];
   std::snprintf(id, sizeof(id), "%016" PRIX64, next_id.fetch_add(1) ^ id_salt);
   Ctx c{req, body, resp, {}, {}, {}, {}, id, req.method == "HEAD"};

@@ -1,14 +1,19 @@
 // grpc+s3, the paper's hybrid backend, across processes: the transport
 // conformance suite with the embedded object server, and a FedAvg-shaped
 // exchange (1 server, 7 client processes, models both ways, 3 rounds)
-// against an external S3 endpoint that is listed empty afterwards.
+// against an S3 endpoint that only the server holds credentials for: the
+// clients download by presigned GET and upload through presigned PUT
+// grants. The bucket is listed empty afterwards.
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <set>
 #include <sstream>
+#include <string_view>
 
+#include "s3/s3rver.h"
 #include "transport/conformance.h"
 #include "transport/test_util.h"
 #include "xsilo/hybrid/hybrid.h"
@@ -23,6 +28,51 @@ XSILO_TRANSPORT_CONFORMANCE(GrpcS3Embedded, {.backend = "grpc+s3",
                                              .backend_options = {{"threshold", "65536"}},
                                              .network = true,
                                              .label = "grpc_s3_embedded"});
+
+// s3rver as the external S3 endpoint: every party uploads and downloads
+// through it with explicit keys. The parameters are built when gtest
+// registers the tests (also when it only lists them), so they carry an
+// endpoint whose port is fixed then; the server itself is started by the
+// environment below, once per process and only when one of these tests
+// runs. Receiver child processes get the options (endpoint included) from
+// their parent.
+XSILO_TRANSPORT_CONFORMANCE(GrpcS3rver,
+                            {.backend = "grpc+s3",
+                             .backend_options = {{"threshold", "65536"},
+                                                 {"store.endpoint", SharedS3rverEndpoint()},
+                                                 {"store.bucket", kSharedS3rverBucket},
+                                                 {"store.access_key", S3rver::kAccessKey},
+                                                 {"store.secret_key", S3rver::kSecretKey},
+                                                 {"store.addressing", "path"}},
+                             .network = true,
+                             .label = "grpc_s3rver"});
+
+namespace xsilo::testing {
+namespace {
+
+// Starts the shared s3rver before the tests if a GrpcS3rver test is
+// selected; a missing s3rver fails the run (no test runs) with its message.
+class S3rverEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    const auto* unit = ::testing::UnitTest::GetInstance();
+    for (int i = 0; i < unit->total_test_suite_count(); ++i) {
+      const auto* suite = unit->GetTestSuite(i);
+      if (std::string_view(suite->name()).starts_with("GrpcS3rver/") &&
+          suite->test_to_run_count() > 0) {
+        Status up = StartSharedS3rver();
+        ASSERT_TRUE(up.ok()) << up.ToString();
+        return;
+      }
+    }
+  }
+};
+
+[[maybe_unused]] ::testing::Environment* const g_s3rver_environment =
+    ::testing::AddGlobalTestEnvironment(new S3rverEnvironment);
+
+}  // namespace
+}  // namespace xsilo::testing
 
 namespace xsilo {
 namespace {
@@ -58,10 +108,15 @@ int RunClient(int rank, const std::string& address,
     update.type = "update";
     if (!(*t)->Send(0, std::move(update), 120s).ok()) return 4;
   }
-  // Stay until the server says it is done, so our uploads are not evicted early.
+  // Stay until the server says it is done, so our uploads are not evicted
+  // early; confirm, so that the server knows we got it before we leave.
   auto bye = (*t)->Receive(120s);
+  if (!bye.ok() || bye->type != "bye") return 5;
+  Message done;
+  done.type = "done";
+  Status said = (*t)->Send(0, std::move(done), 60s);
   (*t)->Stop();
-  return bye.ok() ? 0 : 5;
+  return said.ok() ? 0 : 6;
 }
 
 std::string Encode(const std::map<std::string, std::string>& m) {
@@ -90,19 +145,26 @@ TEST(GrpcS3, SevenClientProcessesThreeRoundsBothWaysLeaveTheBucketEmpty) {
   S3ServerOptions so;
   so.access_key = "test-access";
   so.secret_key = "test-secret-key";
-  so.buckets = {"fl"};
+  so.buckets = {"fl-run"};
+  // Requests made with a presigned URL, by method.
+  std::atomic<int> presigned_gets{0}, presigned_puts{0};
+  so.on_request = [&](const S3FaultRequest& r) {
+    if (r.query.find("X-Amz-Signature=") == std::string::npos) return;
+    if (r.method == "GET") ++presigned_gets;
+    if (r.method == "PUT") ++presigned_puts;
+  };
   auto s3 = S3Server::Start(so);
   ASSERT_TRUE(s3.ok()) << s3.status().ToString();
-  std::map<std::string, std::string> store = {{"store.endpoint", (*s3)->endpoint()},
-                                              {"store.bucket", "fl"},
-                                              {"store.access_key", so.access_key},
-                                              {"store.secret_key", so.secret_key},
-                                              {"store.addressing", "path"}};
+  // Only the server knows the endpoint and the keys; it grants uploads.
+  std::map<std::string, std::string> store = {
+      {"store.endpoint", (*s3)->endpoint()}, {"store.bucket", "fl-run"},
+      {"store.access_key", so.access_key},   {"store.secret_key", so.secret_key},
+      {"store.addressing", "path"},          {"grants", "1"}};
   std::string address = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
   auto server = TransportRegistry::Global().Create("grpc+s3", PartyOptions(0, address, store));
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   std::vector<pid_t> clients;
-  for (int c = 1; c <= kClients; ++c) clients.push_back(SpawnClient(c, address, store));
+  for (int c = 1; c <= kClients; ++c) clients.push_back(SpawnClient(c, address, {}));
   ASSERT_TRUE((*server)->Start().ok());
 
   std::vector<int32_t> peers;
@@ -123,13 +185,23 @@ TEST(GrpcS3, SevenClientProcessesThreeRoundsBothWaysLeaveTheBucketEmpty) {
   }
   Message bye;
   bye.type = "bye";
-  ASSERT_TRUE((*server)->Broadcast(peers, bye, 60s).ok());
+  Status said = (*server)->Broadcast(peers, bye, 60s);
+  EXPECT_TRUE(said.ok()) << said.ToString();
+  for (int n = 0; n < kClients; ++n) {
+    auto done = (*server)->Receive(60s);
+    ASSERT_TRUE(done.ok()) << done.status().ToString();
+    EXPECT_EQ(done->type, "done");
+  }
   for (pid_t pid : clients) {
     int st = 0;
     ASSERT_EQ(waitpid(pid, &st, 0), pid);
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "client exit status " << st;
   }
   (*server)->Stop();
+  // Every model went down by presigned GET (ranged, so at least one request
+  // each) and every update came up through a grant (one PUT each).
+  EXPECT_GE(presigned_gets.load(), kClients * kRounds);
+  EXPECT_EQ(presigned_puts.load(), kClients * kRounds);
 
   S3ClientOptions co;
   co.endpoint = (*s3)->endpoint();
@@ -137,7 +209,7 @@ TEST(GrpcS3, SevenClientProcessesThreeRoundsBothWaysLeaveTheBucketEmpty) {
   co.credentials = StaticCredentials({so.access_key, so.secret_key});
   auto client = S3Client::Create(co);
   ASSERT_TRUE(client.ok());
-  auto listed = (*client)->ListObjects({.bucket = "fl", .fetch_all = true});
+  auto listed = (*client)->ListObjects({.bucket = "fl-run", .fetch_all = true});
   ASSERT_TRUE(listed.ok()) << listed.status().ToString();
   EXPECT_TRUE(listed->objects.empty())
       << listed->objects.size() << " objects left, first " << listed->objects.front().key;

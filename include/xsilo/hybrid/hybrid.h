@@ -37,6 +37,15 @@ struct HybridOptions {
   // carry a GET URL valid this long, so receivers need no credentials.
   // 0 turns it off. Default 3600 s.
   std::chrono::seconds presign_expiry{3600};
+  // Backend key "connections": parallel ranged GETs a party without
+  // storage access uses to fetch an object by its presigned URL. Default 8.
+  int url_connections = 8;
+  // Backend key "grants" (0|1): a party whose connector can presign attaches
+  // to each message it sends an upload grant per receiver (a fresh key and a
+  // presigned PUT URL). A receiver without storage access uploads its next
+  // big send to that party through the grant instead of sending it inline.
+  // Default 0; on whenever the embedded object server is used.
+  bool grant_uploads = false;
 };
 
 // Wraps `inner` (not yet started) and `connector`. A null connector makes a
@@ -60,6 +69,9 @@ void RegisterHybridTransports();
 inline constexpr const char* kHybridKeyParam = "xsilo.hybrid.key";
 inline constexpr const char* kHybridChecksumParam = "xsilo.hybrid.xxh3";
 inline constexpr const char* kHybridUrlParam = "xsilo.hybrid.url";
+// Prefix of the upload grant for rank r: "xsilo.hybrid.grant.<r>" = JSON
+// {"key": <Key JSON>, "url": <presigned PUT URL>}.
+inline constexpr const char* kHybridGrantPrefix = "xsilo.hybrid.grant.";
 inline constexpr const char* kHybridAckType = "xsilo.hybrid.ack";
 
 }  // namespace xsilo

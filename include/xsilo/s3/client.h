@@ -250,4 +250,23 @@ Result<Buffer> HttpGetUrl(const std::string& url,
 Status HttpPutUrl(const std::string& url, const GatherList& body,
                   std::chrono::milliseconds timeout = std::chrono::minutes(10));
 
+// GET of a (presigned) URL whose object is `size` bytes long, by ranges over
+// `connections` parallel connections straight into one Buffer. A range that
+// fails mid-way is retried with backoff (up to `max_range_retries` times)
+// from the byte where it stopped. A signed URL covers any Range header.
+struct UrlDownloadArgs {
+  std::string url;
+  uint64_t size = 0;
+  int connections = 8;        // default 8
+  int max_range_retries = 5;  // default 5
+  std::chrono::milliseconds retry_base_delay{50};
+  std::chrono::milliseconds timeout = std::chrono::minutes(10);  // per range request
+};
+struct UrlDownloadResult {
+  Buffer data;
+  uint64_t ranges = 0;
+  uint64_t range_retries = 0;
+};
+Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args);
+
 }  // namespace xsilo

@@ -31,6 +31,7 @@ struct S3FaultRequest {
   std::string method;  // "GET"
   std::string path;    // raw request path, e.g. "/bucket/key"
   std::string range;   // the Range header, or ""
+  std::string query;   // raw query string (after '?'), or ""
 };
 
 struct S3ServerOptions {
@@ -80,6 +81,9 @@ struct S3ServerOptions {
   // return value n >= 0 makes the server close the connection after sending
   // n bytes of that body. Default: none.
   std::function<int64_t(const S3FaultRequest&)> fault_drop_after_body_bytes;
+  // Test hook (observer): called at the start of every request, from the
+  // connection's worker thread. Default: none.
+  std::function<void(const S3FaultRequest&)> on_request;
 };
 
 class S3Server {
