@@ -15,6 +15,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   # mpi-generic / mpi-buffer transports (Open MPI)
   libopenmpi-dev openmpi-bin
+  # fl: the built-in MLP trainer and the FedAvg aggregator
+  libeigen3-dev
 )
 
 missing=()

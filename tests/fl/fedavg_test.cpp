@@ -1,0 +1,363 @@
+// FedAvg end to end over the inproc transport: weighting through the
+// transport, learning with the built-in MLP, quorum and deadline with a dead
+// client, a hung client that rejoins, and the per-state report.
+#include "xsilo/fl/fedavg.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <future>
+#include <thread>
+
+#include "xsilo/fl/mlp.h"
+#include "xsilo/transport/registry.h"
+
+namespace xsilo::fl {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int64_t kWidth = 8;
+
+Tensor Filled(float v) {
+  Tensor t = *Tensor::Zeros(DType::kF32, {kWidth});
+  float* p = reinterpret_cast<float*>(t.data.mutable_data());
+  std::fill(p, p + kWidth, v);
+  return t;
+}
+
+float First(const TensorMap& m) { return reinterpret_cast<const float*>(m.at("w").data.data())[0]; }
+
+// Client k turns the global model g into g + k and weighs it 10 k, so the
+// aggregate of contributors C is g + sum(k^2) / sum(k): a value that tells
+// exactly which updates went in.
+class OffsetTrainer : public Trainer {
+ public:
+  explicit OffsetTrainer(int rank) : rank_(rank) { params_["w"] = Filled(0); }
+
+  Result<TensorMap> GetParameters() override {
+    TensorMap out;
+    out["w"] = Filled(First(params_));
+    return out;
+  }
+  Status SetParameters(const TensorMap& p) override {
+    if (!p.count("w")) return InvalidArgument("no w");
+    params_["w"] = Filled(First(p));
+    return Status::OK();
+  }
+  Result<TrainResult> Train(const LocalWork& work) override {
+    if (before_train) before_train();
+    last_work = work;
+    params_["w"] = Filled(First(params_) + static_cast<float>(rank_));
+    TrainResult r;
+    r.samples = 10 * rank_;
+    r.metrics["loss"] = 1.0 / rank_;
+    return r;
+  }
+  Result<EvalResult> Evaluate() override {
+    return EvalResult{First(params_), 0.5, static_cast<uint64_t>(rank_)};
+  }
+
+  std::function<void()> before_train;
+  LocalWork last_work;
+
+ private:
+  int rank_;
+  TensorMap params_;
+};
+
+double Step(const std::vector<int32_t>& contributors) {
+  double num = 0, den = 0;
+  for (int32_t k : contributors) {
+    num += double{10.0} * k * k;
+    den += 10.0 * k;
+  }
+  return num / den;
+}
+
+std::atomic<int> g_fabric{0};
+
+// A server and `clients` clients on a private inproc fabric.
+struct Federation {
+  explicit Federation(int clients, std::map<std::string, std::string> backend = {}) {
+    const std::string fabric = "fl-test-" + std::to_string(g_fabric++);
+    for (int r = 0; r <= clients; ++r) {
+      TransportOptions o;
+      o.rank = r;
+      o.world_size = clients + 1;
+      o.address = fabric;
+      o.backend = backend;
+      o.connect_timeout = 5s;
+      auto t = TransportRegistry::Global().Create("inproc", o);
+      EXPECT_TRUE(t.ok()) << t.status().ToString();
+      EXPECT_TRUE((*t)->Start().ok());
+      parties.push_back(std::move(t).value());
+    }
+  }
+  ~Federation() {
+    for (auto& p : parties) p->Stop();
+  }
+  Transport& server() { return *parties[0]; }
+  Transport& client(int r) { return *parties[r]; }
+
+  std::vector<std::unique_ptr<Transport>> parties;
+};
+
+// Runs FedAvgClient::Run on its own thread.
+struct ClientThread {
+  ClientThread(Transport& t, Trainer& trainer, ClientOptions o = {}) {
+    o.idle_timeout = 60s;
+    o.send_timeout = 30s;
+    result = std::async(std::launch::async, [&t, &trainer, o] {
+      FedAvgClient c(t, trainer, o);
+      return c.Run();
+    });
+  }
+  std::future<Result<ClientReport>> result;
+};
+
+TEST(FedAvg, AggregatesEveryUpdateWeightedBySamplesThroughTheTransport) {
+  // serialize=1: the payload goes through the wire format codec both ways.
+  Federation f(4, {{"serialize", "1"}});
+  std::vector<std::unique_ptr<OffsetTrainer>> trainers;
+  std::vector<std::unique_ptr<ClientThread>> threads;
+  for (int r = 1; r <= 4; ++r) {
+    trainers.push_back(std::make_unique<OffsetTrainer>(r));
+    threads.push_back(std::make_unique<ClientThread>(f.client(r), *trainers.back()));
+  }
+  ServerOptions o;
+  o.rounds = 3;
+  o.local_work = {0, 7};
+  o.round_deadline = 60s;
+  FedAvgServer server(f.server(), o);
+  auto job = server.Run({{"w", Filled(1.0f)}});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_EQ(job->rounds.size(), 3u);
+  const double step = Step({1, 2, 3, 4});  // (1 + 4 + 9 + 16) / 10 = 3
+  for (const auto& r : job->rounds) {
+    EXPECT_TRUE(r.completed);
+    EXPECT_EQ(r.received, 4u);
+    EXPECT_EQ(r.contributors, (std::vector<int32_t>{1, 2, 3, 4}));
+    EXPECT_EQ(r.bytes_sent, 4u * kWidth * 4);
+    EXPECT_EQ(r.bytes_received, 4u * kWidth * 4);
+    // Train loss 1/k weighted by 10k: 4 / 10; eval: each evaluates g.
+    EXPECT_NEAR(r.train_loss, 0.4, 1e-12);
+    EXPECT_NEAR(r.eval_loss, 1.0 + step * r.round, 1e-5);
+  }
+  EXPECT_NEAR(First(job->model), 1.0 + 3 * step, 1e-5);
+  EXPECT_EQ(job->final_evaluation.clients, 4u);
+  EXPECT_NEAR(job->final_evaluation.loss, 1.0 + 3 * step, 1e-5);
+  for (auto& t : trainers) EXPECT_EQ(t->last_work.steps, 7u);
+  for (auto& t : threads) {
+    auto r = t->result.get();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r->finished);
+    EXPECT_EQ(r->rounds_trained, 3u);
+    EXPECT_EQ(r->seconds[static_cast<size_t>(PartyState::kMigration)], 0.0);
+  }
+  // One row for the server and one per client, each with the six states.
+  ASSERT_EQ(job->times.size(), 5u);
+  EXPECT_EQ(job->times[0].party, "server");
+  EXPECT_EQ(job->times[4].rank, 4);
+  EXPECT_GT(job->times[0].seconds[static_cast<size_t>(PartyState::kAggregate)], 0.0);
+  EXPECT_GT(job->times[2].seconds[static_cast<size_t>(PartyState::kTrain)], 0.0);
+  EXPECT_GT(job->times[2].seconds[static_cast<size_t>(PartyState::kSerialization)], 0.0);
+}
+
+TEST(FedAvg, SelectsASubsetOfClientsPerRound) {
+  Federation f(5);
+  std::vector<std::unique_ptr<OffsetTrainer>> trainers;
+  std::vector<std::unique_ptr<ClientThread>> threads;
+  for (int r = 1; r <= 5; ++r) {
+    trainers.push_back(std::make_unique<OffsetTrainer>(r));
+    threads.push_back(std::make_unique<ClientThread>(f.client(r), *trainers.back()));
+  }
+  ServerOptions o;
+  o.rounds = 4;
+  o.clients_per_round = 2;
+  o.quorum_fraction = 1.0;
+  o.round_deadline = 60s;
+  FedAvgServer server(f.server(), o);
+  auto job = server.Run({{"w", Filled(0.0f)}});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  double expected = 0;
+  std::set<int32_t> seen;
+  for (const auto& r : job->rounds) {
+    EXPECT_EQ(r.selected, 2u);
+    ASSERT_EQ(r.contributors.size(), 2u);
+    seen.insert(r.contributors.begin(), r.contributors.end());
+    expected += Step(r.contributors);
+  }
+  EXPECT_GT(seen.size(), 2u);  // not always the same two
+  EXPECT_NEAR(First(job->model), expected, 1e-4);
+  for (auto& t : threads) EXPECT_TRUE(t->result.get().ok());
+}
+
+TEST(FedAvg, ADeadClientCannotStallARoundQuorumAndDeadlineCloseIt) {
+  Federation f(4);
+  std::vector<std::unique_ptr<OffsetTrainer>> trainers;
+  std::vector<std::unique_ptr<ClientThread>> threads;
+  // Client 4's transport is up but nothing serves it: it never answers.
+  for (int r = 1; r <= 3; ++r) {
+    trainers.push_back(std::make_unique<OffsetTrainer>(r));
+    threads.push_back(std::make_unique<ClientThread>(f.client(r), *trainers.back()));
+  }
+  ServerOptions o;
+  o.rounds = 2;
+  o.quorum_fraction = 0.75;  // 3 of 4
+  o.round_deadline = 1500ms;
+  o.finish_deadline = 1500ms;
+  FedAvgServer server(f.server(), o);
+  const auto start = std::chrono::steady_clock::now();
+  auto job = server.Run({{"w", Filled(0.0f)}});
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  for (const auto& r : job->rounds) {
+    EXPECT_EQ(r.selected, 4u);
+    EXPECT_EQ(r.required, 3u);
+    EXPECT_EQ(r.received, 3u);
+    EXPECT_TRUE(r.completed);
+    EXPECT_EQ(r.contributors, (std::vector<int32_t>{1, 2, 3}));
+    // Each such round waited out its deadline for the missing client.
+    EXPECT_GE(r.seconds, 1.4);
+  }
+  EXPECT_NEAR(First(job->model), 2 * Step({1, 2, 3}), 1e-5);
+  EXPECT_EQ(job->final_evaluation.clients, 3u);
+  EXPECT_GE(took, 3 * 1400ms);  // two rounds and the final evaluation
+  for (auto& t : threads) EXPECT_TRUE(t->result.get().ok());
+}
+
+TEST(FedAvg, RoundsBelowQuorumLeaveTheModelAndFailTheJobAfterTheLimit) {
+  Federation f(3);
+  std::vector<std::unique_ptr<OffsetTrainer>> trainers;
+  std::vector<std::unique_ptr<ClientThread>> threads;
+  for (int r = 1; r <= 2; ++r) {  // client 3 is dead
+    trainers.push_back(std::make_unique<OffsetTrainer>(r));
+    threads.push_back(std::make_unique<ClientThread>(f.client(r), *trainers.back()));
+  }
+  std::vector<RoundReport> seen;
+  ServerOptions o;
+  o.rounds = 5;
+  o.quorum_count = 3;
+  o.quorum_fraction = 0;
+  o.round_deadline = 800ms;
+  o.max_failed_rounds = 2;
+  o.on_round = [&](const RoundReport& r) { seen.push_back(r); };
+  FedAvgServer server(f.server(), o);
+  auto job = server.Run({{"w", Filled(5.0f)}});
+  EXPECT_EQ(job.status().code(), StatusCode::kUnavailable) << job.status().ToString();
+  ASSERT_EQ(seen.size(), 2u);
+  for (const auto& r : seen) {
+    EXPECT_FALSE(r.completed);
+    EXPECT_EQ(r.received, 2u);
+    EXPECT_EQ(r.required, 3u);
+    // The round-start model was evaluated as 5 both times: it never moved.
+    EXPECT_NEAR(r.eval_loss, 5.0, 1e-6);
+  }
+  // The server told the clients the job is over.
+  for (auto& t : threads) {
+    auto r = t->result.get();
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("aborted"), std::string::npos);
+  }
+}
+
+TEST(FedAvg, AHungClientsLateUpdateIsDiscardedAndItRejoinsLater) {
+  Federation f(4);
+  std::vector<std::unique_ptr<OffsetTrainer>> trainers;
+  for (int r = 1; r <= 4; ++r) trainers.push_back(std::make_unique<OffsetTrainer>(r));
+  // Client 4 hangs inside its first round's training until round 1 is over.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> calls{0};
+  trainers[3]->before_train = [&] {
+    if (calls++ == 0) released.wait();
+  };
+  std::vector<std::unique_ptr<ClientThread>> threads;
+  for (int r = 1; r <= 4; ++r) {
+    threads.push_back(std::make_unique<ClientThread>(f.client(r), *trainers[r - 1]));
+  }
+  ServerOptions o;
+  o.rounds = 5;
+  o.quorum_fraction = 0.5;
+  o.round_deadline = 1500ms;
+  o.on_round = [&](const RoundReport& r) {
+    if (r.round == 1) release.set_value();
+  };
+  FedAvgServer server(f.server(), o);
+  auto job = server.Run({{"w", Filled(0.0f)}});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const auto& rounds = job->rounds;
+  ASSERT_EQ(rounds.size(), 5u);
+  EXPECT_EQ(rounds[0].contributors, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(rounds[1].contributors, (std::vector<int32_t>{1, 2, 3}));
+  // Back by round 3 at the latest (round 2 may still see its stale answer).
+  EXPECT_EQ(rounds[3].contributors, (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(rounds[4].contributors, (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_GE(job->late_updates_discarded, 1u);
+  uint32_t discarded = 0;
+  for (const auto& r : rounds) discarded += r.discarded;
+  EXPECT_GE(discarded, 1u);
+  // The model is exactly the sum over the accepted contributors: the late
+  // round-0 update (which would add 4 on top of a stale model) never went in.
+  double expected = 0;
+  for (const auto& r : rounds) {
+    EXPECT_TRUE(r.completed);
+    expected += Step(r.contributors);
+  }
+  EXPECT_NEAR(First(job->model), expected, 1e-4);
+  auto hung = threads[3]->result.get();
+  ASSERT_TRUE(hung.ok()) << hung.status().ToString();
+  EXPECT_TRUE(hung->finished);
+  EXPECT_GE(hung->rounds_trained, 3u);  // round 0 (too late), then rounds 3 and 4 at least
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(threads[i]->result.get().ok());
+}
+
+TEST(FedAvg, TheMlpLearnsLossAndAccuracyImproveRoundAfterRound) {
+  const int clients = 3;
+  Federation f(clients);
+  auto shape = MlpShapeForTier("small");
+  ASSERT_TRUE(shape.ok());
+  SyntheticOptions data;
+  std::vector<std::unique_ptr<Trainer>> trainers;
+  std::vector<std::unique_ptr<ClientThread>> threads;
+  for (int r = 1; r <= clients; ++r) {
+    MlpOptions m;
+    m.shape = *shape;
+    m.seed = 100 + r;
+    auto t = MakeMlpTrainer(m, *GenerateSyntheticShard(data, r - 1));
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    trainers.push_back(std::move(t).value());
+    threads.push_back(std::make_unique<ClientThread>(f.client(r), *trainers.back()));
+  }
+  ServerOptions o;
+  o.rounds = 4;
+  o.local_work = {0, 10};
+  o.quorum_fraction = 1.0;
+  o.round_deadline = 120s;
+  FedAvgServer server(f.server(), o);
+  auto job = server.Run(*MlpInitialParameters(*shape, 1));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  std::vector<double> loss, acc;
+  for (const auto& r : job->rounds) {
+    ASSERT_EQ(r.received, 3u);
+    loss.push_back(r.eval_loss);
+    acc.push_back(r.eval_accuracy);
+    std::printf("round %lld: eval loss %.4f accuracy %.4f train loss %.4f\n",
+                static_cast<long long>(r.round), r.eval_loss, r.eval_accuracy, r.train_loss);
+  }
+  loss.push_back(job->final_evaluation.loss);
+  acc.push_back(job->final_evaluation.accuracy);
+  std::printf("final: eval loss %.4f accuracy %.4f\n", loss.back(), acc.back());
+  for (size_t i = 1; i < loss.size(); ++i) {
+    EXPECT_LT(loss[i], loss[i - 1]) << "after round " << i - 1;
+  }
+  EXPECT_GT(acc.back(), acc.front() + 0.2);
+  EXPECT_GT(acc.back(), acc[1]);
+  EXPECT_EQ(TotalBytes(job->model), shape->ParameterCount() * 4);
+  for (auto& t : threads) EXPECT_TRUE(t->result.get().ok());
+}
+
+}  // namespace
+}  // namespace xsilo::fl
