@@ -22,7 +22,7 @@ build: deps
 	cmake --build $(BUILD) -j $(JOBS)
 
 run: build
-	./$(BUILD)/tools/xsilo/xsilo run
+	./$(BUILD)/tools/xsilo/xsilo fl run --transport inproc --tier medium --clients 7 --rounds 3
 
 unit: build
 	cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)

@@ -10,5 +10,6 @@ namespace xsilo::cli {
 void AddVersionCommand(CLI::App& app);
 void AddInspectCommand(CLI::App& app);
 void AddRunCommand(CLI::App& app);
+void AddFlCommand(CLI::App& app);
 
 }  // namespace xsilo::cli

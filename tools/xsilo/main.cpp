@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   xsilo::cli::AddVersionCommand(app);
   xsilo::cli::AddInspectCommand(app);
   xsilo::cli::AddRunCommand(app);
+  xsilo::cli::AddFlCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }
