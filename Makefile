@@ -22,7 +22,7 @@ build: deps
 	cmake --build $(BUILD) -j $(JOBS)
 
 run: build
-	./$(BUILD)/tools/xsilo/xsilo run --transport grpc+s3 --tier medium --clients 7 --rounds 3
+	./$(BUILD)/tools/xsilo/xsilo fl run --transport grpc+s3 --tier medium --clients 7 --rounds 3
 
 unit: build
 	cd $(BUILD) && ctest --output-on-failure -j $(CTEST_JOBS)

@@ -29,18 +29,30 @@ Status CheckSameLayout(const TensorMap& like, const TensorMap& update) {
   return Status::OK();
 }
 
+void FedAvgAggregator::Recycle(TensorMap spent) { spare_ = std::move(spent); }
+
 Status FedAvgAggregator::Reset(const TensorMap& like) {
   acc_.clear();
   total_samples_ = 0;
   updates_ = 0;
   active_ = false;
+  TensorMap spare = std::move(spare_);
+  spare_.clear();
   for (const auto& [name, t] : like) {
     if (t.dtype != DType::kF32) {
       return InvalidArgument("tensor '" + name + "' is " + std::string(DTypeName(t.dtype)) +
                              "; FedAvg aggregates F32 tensors");
     }
-    XSILO_ASSIGN_OR_RETURN(Tensor z, Tensor::Zeros(DType::kF32, t.shape));
-    acc_.emplace(name, std::move(z));
+    // No zeroing: the first Add assigns instead of accumulating.
+    auto it = spare.find(name);
+    if (it != spare.end() && it->second.dtype == DType::kF32 && it->second.shape == t.shape &&
+        it->second.nbytes() == t.nbytes() && it->second.data.use_count() == 1) {
+      acc_.emplace(name, std::move(it->second));
+      continue;
+    }
+    XSILO_ASSIGN_OR_RETURN(Buffer b, Buffer::Allocate(t.nbytes()));
+    XSILO_ASSIGN_OR_RETURN(Tensor fresh, Tensor::Make(DType::kF32, t.shape, std::move(b)));
+    acc_.emplace(name, std::move(fresh));
   }
   active_ = true;
   return Status::OK();
@@ -51,13 +63,18 @@ Status FedAvgAggregator::Add(const TensorMap& update, uint64_t samples) {
   if (samples == 0) return InvalidArgument("an update needs a sample count > 0");
   XSILO_RETURN_IF_ERROR(CheckSameLayout(acc_, update));
   const float w = static_cast<float>(samples);
+  const bool first = updates_ == 0;
   for (auto& [name, a] : acc_) {
     float* dst = F32(a);
     const float* src = reinterpret_cast<const float*>(update.find(name)->second.data.data());
     ParallelFor(a.nbytes() / sizeof(float), options_.threads, options_.min_parallel_elements,
                 [&](uint64_t b, uint64_t e) {
-                  Vec(dst + b, static_cast<Eigen::Index>(e - b)) +=
-                      w * ConstVec(src + b, static_cast<Eigen::Index>(e - b));
+                  const auto n = static_cast<Eigen::Index>(e - b);
+                  if (first) {
+                    Vec(dst + b, n) = w * ConstVec(src + b, n);
+                  } else {
+                    Vec(dst + b, n) += w * ConstVec(src + b, n);
+                  }
                 });
   }
   total_samples_ += samples;

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <utility>
 
 #include "fl/progress.h"
 #include "fl/protocol.h"
@@ -197,7 +198,8 @@ Result<JobReport> FedAvgServer::Run(TensorMap global) {
     rep.eval_accuracy = eval_acc.value();
     if (rep.completed) {
       StateTimers::Scope t(timers_, PartyState::kAggregate);
-      XSILO_ASSIGN_OR_RETURN(global, aggregator.Finish());
+      XSILO_ASSIGN_OR_RETURN(TensorMap next, aggregator.Finish());
+      aggregator.Recycle(std::exchange(global, std::move(next)));
       failed_streak = 0;
     } else {
       ++failed_streak;

@@ -79,6 +79,39 @@ TEST(FedAvgAggregator, RejectsMismatchedUpdatesWithoutTouchingTheSum) {
   EXPECT_FLOAT_EQ(F(out->at("a"))[3], 2.0f);
 }
 
+TEST(FedAvgAggregator, RecyclesOnlyStorageNobodyElseHolds) {
+  TensorMap like{{"a", Filled({1000}, 0)}};
+  FedAvgAggregator agg;
+  ASSERT_TRUE(agg.Reset(like).ok());
+  ASSERT_TRUE(agg.Add({{"a", Filled({1000}, 3)}}, 1).ok());
+  TensorMap first = *agg.Finish();
+  const uint8_t* first_storage = first.at("a").data.data();
+
+  // Still held here (as a model in flight would be): must not be reused.
+  agg.Recycle(first);
+  ASSERT_TRUE(agg.Reset(like).ok());
+  ASSERT_TRUE(agg.Add({{"a", Filled({1000}, 7)}}, 2).ok());
+  TensorMap second = *agg.Finish();
+  EXPECT_NE(second.at("a").data.data(), first_storage);
+  EXPECT_FLOAT_EQ(F(first.at("a"))[999], 3.0f);
+  EXPECT_FLOAT_EQ(F(second.at("a"))[0], 7.0f);
+
+  // Handed over for good: reused, and the stale values do not leak in.
+  agg.Recycle(std::move(first));
+  ASSERT_TRUE(agg.Reset(like).ok());
+  ASSERT_TRUE(agg.Add({{"a", Filled({1000}, 5)}}, 4).ok());
+  ASSERT_TRUE(agg.Add({{"a", Filled({1000}, 1)}}, 4).ok());
+  TensorMap third = *agg.Finish();
+  EXPECT_EQ(third.at("a").data.data(), first_storage);
+  EXPECT_FLOAT_EQ(F(third.at("a"))[500], 3.0f);
+
+  // A layout change ignores the spare.
+  agg.Recycle(std::move(second));
+  ASSERT_TRUE(agg.Reset({{"a", Filled({10}, 0)}}).ok());
+  ASSERT_TRUE(agg.Add({{"a", Filled({10}, 2)}}, 1).ok());
+  EXPECT_EQ(agg.Finish()->at("a").shape, (std::vector<int64_t>{10}));
+}
+
 TEST(FedAvgAggregator, RejectsNonFloatModels) {
   FedAvgAggregator agg;
   EXPECT_EQ(agg.Reset({{"a", *Tensor::Zeros(DType::kF16, {4})}}).code(),

@@ -12,5 +12,6 @@ void AddInspectCommand(CLI::App& app);
 void AddRunCommand(CLI::App& app);
 void AddS3dCommand(CLI::App& app);
 void AddNetemCommand(CLI::App& app);
+void AddFlCommand(CLI::App& app);
 
 }  // namespace xsilo::cli

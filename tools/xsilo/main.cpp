@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   xsilo::cli::AddRunCommand(app);
   xsilo::cli::AddS3dCommand(app);
   xsilo::cli::AddNetemCommand(app);
+  xsilo::cli::AddFlCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

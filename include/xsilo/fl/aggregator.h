@@ -25,8 +25,15 @@ class FedAvgAggregator {
  public:
   explicit FedAvgAggregator(AggregatorOptions options = {}) : options_(options) {}
 
-  // Starts a round: zeroed accumulators shaped like `like` (float32 only).
+  // Starts a round: accumulators shaped like `like` (float32 only).
   Status Reset(const TensorMap& like);
+  // Offers the storage of a model nobody needs any more (typically the
+  // previous global model) for the next Reset's accumulators. A tensor is
+  // reused only if its layout matches and no one else holds its Buffer, so
+  // a model still in flight to a slow client is never overwritten.
+  // Reusing storage saves allocating and faulting in a model's worth of
+  // pages every round.
+  void Recycle(TensorMap spent);
   // Folds in one update with weight `samples` (> 0). The update must have
   // exactly the tensors, dtypes and shapes of `like`; InvalidArgument
   // otherwise, and the accumulator is left untouched.
@@ -42,6 +49,7 @@ class FedAvgAggregator {
  private:
   AggregatorOptions options_;
   TensorMap acc_;
+  TensorMap spare_;
   uint64_t total_samples_ = 0;
   uint32_t updates_ = 0;
   bool active_ = false;

@@ -1,0 +1,444 @@
+// `xsilo fl`: federated averaging with the built-in MLP trainer.
+//
+//   xsilo fl run     a server and N clients in this process, over any transport
+//   xsilo fl server  the server of a multi-host job, from a TOML job file
+//   xsilo fl client  one client of a multi-host job, from the same file
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "xsilo/core/tiers.h"
+#include "xsilo/fl/config.h"
+#include "xsilo/fl/fedavg.h"
+#include "xsilo/fl/mlp.h"
+#include "xsilo/transport/registry.h"
+
+namespace xsilo::cli {
+
+namespace {
+
+using namespace xsilo::fl;
+
+struct FlRunArgs {
+  std::string transport = "inproc";
+  std::string address;
+  std::vector<std::string> backend;  // key=value
+  std::string tier = "small";
+  int clients = 7;
+  int rounds = 3;
+  uint64_t local_steps = 10;
+  uint64_t local_epochs = 0;
+  uint32_t clients_per_round = 0;
+  std::string quorum = "0.5";
+  double round_deadline_s = 600;
+  uint64_t batch_size = 32;
+  double learning_rate = 0.05;
+  uint64_t seed = 1;
+  double alpha = 1.0;
+  double beta = 1.0;
+  std::string json_path;
+  bool quiet = false;
+};
+
+struct FlFileArgs {
+  std::string config;
+  int rank = -1;
+  std::string json_path;
+  bool quiet = false;
+};
+
+std::string Mb(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MB", static_cast<double>(bytes) / 1e6);
+  return buf;
+}
+
+int Fail(const std::string& what, const Status& s) {
+  std::cerr << "xsilo fl " << what << ": " << s.ToString() << "\n";
+  return 1;
+}
+
+// A loopback TCP port that was free a moment ago.
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
+}
+
+void PrintRoundHeader() {
+  std::printf("%-7s %9s %9s %9s %11s %12s %9s\n", "round", "clients", "loss", "accuracy",
+              "train_loss", "moved", "time");
+  std::fflush(stdout);
+}
+
+// loss / accuracy: the global model this round started from, evaluated by
+// the clients on their held-out data.
+void PrintRound(const RoundReport& r, uint64_t rounds) {
+  char round[32], clients[32];
+  std::snprintf(round, sizeof round, "%lld/%llu", static_cast<long long>(r.round + 1),
+                static_cast<unsigned long long>(rounds));
+  std::snprintf(clients, sizeof clients, "%u/%u", r.received, r.selected);
+  std::printf("%-7s %9s %9.4f %9.4f %11.4f %12s %8.2fs%s\n", round, clients, r.eval_loss,
+              r.eval_accuracy, r.train_loss, Mb(r.bytes_sent + r.bytes_received).c_str(), r.seconds,
+              r.completed ? "" : "  below quorum: model kept");
+  std::fflush(stdout);
+}
+
+void PrintFinal(const FinalEvaluation& f, int clients) {
+  char c[32];
+  std::snprintf(c, sizeof c, "%u/%d", f.clients, clients);
+  std::printf("%-7s %9s %9.4f %9.4f\n", "final", c, f.loss, f.accuracy);
+}
+
+nlohmann::json RoundJson(const RoundReport& r) {
+  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+  return {{"round", r.round},
+          {"selected", r.selected},
+          {"received", r.received},
+          {"required", r.required},
+          {"discarded", r.discarded},
+          {"completed", r.completed},
+          {"contributors", r.contributors},
+          {"eval_loss", num(r.eval_loss)},
+          {"eval_accuracy", num(r.eval_accuracy)},
+          {"train_loss", num(r.train_loss)},
+          {"bytes_sent", r.bytes_sent},
+          {"bytes_received", r.bytes_received},
+          {"seconds", r.seconds}};
+}
+
+Status WriteJson(const std::string& path, const nlohmann::json& j) {
+  std::ofstream out(path);
+  if (!out) return NotFound("cannot write " + path);
+  out << j.dump(2) << "\n";
+  return out ? Status::OK() : Internal("write to " + path + " failed");
+}
+
+nlohmann::json JobJson(const std::string& transport, const std::string& tier, const MlpShape& shape,
+                       const JobReport& job, const std::vector<PartyTimes>& times) {
+  nlohmann::json j;
+  j["transport"] = transport;
+  j["tier"] = tier;
+  j["model"] = {{"layers", shape.ToString()}, {"parameters", shape.ParameterCount()}};
+  for (const auto& r : job.rounds) j["rounds"].push_back(RoundJson(r));
+  const auto& f = job.final_evaluation;
+  j["final"] = {
+      {"clients", f.clients},
+      {"loss", std::isfinite(f.loss) ? nlohmann::json(f.loss) : nlohmann::json()},
+      {"accuracy", std::isfinite(f.accuracy) ? nlohmann::json(f.accuracy) : nlohmann::json()}};
+  j["late_updates_discarded"] = job.late_updates_discarded;
+  j["state_seconds"] = nlohmann::json::parse(StateTableJson(times));
+  return j;
+}
+
+Result<std::unique_ptr<Trainer>> MakeClientTrainer(const JobConfig& job, const MlpShape& shape,
+                                                   int32_t rank) {
+  XSILO_ASSIGN_OR_RETURN(SyntheticShard shard,
+                         GenerateSyntheticShard(job.data, static_cast<uint32_t>(rank - 1)));
+  MlpOptions m = job.mlp;
+  m.shape = shape;
+  m.seed = job.mlp.seed + static_cast<uint64_t>(rank);  // distinct batch orders
+  return MakeMlpTrainer(m, std::move(shard));
+}
+
+int RunInProcess(const FlRunArgs& a) {
+  JobConfig job;
+  job.transport = a.transport;
+  job.tier = a.tier;
+  job.server.rounds = static_cast<uint64_t>(a.rounds);
+  job.server.local_work = {a.local_epochs, a.local_steps};
+  if (job.server.local_work.steps == 0 && job.server.local_work.epochs == 0) {
+    return Fail("run", InvalidArgument("--local-steps or --local-epochs must be > 0"));
+  }
+  job.server.clients_per_round = a.clients_per_round;
+  if (Status s = ParseQuorum(a.quorum, job.server); !s.ok()) return Fail("run", s);
+  if (!(a.round_deadline_s > 0))
+    return Fail("run", InvalidArgument("--round-deadline must be > 0"));
+  job.server.round_deadline =
+      Duration(static_cast<int64_t>(std::llround(a.round_deadline_s * 1000)));
+  job.server.finish_deadline = job.server.round_deadline;
+  job.server.seed = a.seed;
+  job.server.show_progress = !a.quiet;
+  job.mlp.batch_size = a.batch_size;
+  job.mlp.learning_rate = a.learning_rate;
+  job.mlp.seed = a.seed;
+  job.data.seed = a.seed;
+  job.data.alpha = a.alpha;
+  job.data.beta = a.beta;
+  job.client.default_work = job.server.local_work;
+
+  auto shape = MlpShapeForTier(a.tier);
+  if (!shape.ok()) return Fail("run", shape.status());
+  const int world = a.clients + 1;
+  std::string address = a.address;
+  if (address.empty()) {
+    address = a.transport == "inproc" ? "xsilo-fl-run" : "127.0.0.1:" + std::to_string(FreePort());
+  }
+  std::vector<std::unique_ptr<Transport>> parties;
+  for (int r = 0; r < world; ++r) {
+    TransportOptions o;
+    o.rank = r;
+    o.world_size = world;
+    o.address = address;
+    for (const auto& kv : a.backend) {
+      auto eq = kv.find('=');
+      if (eq == std::string::npos) {
+        return Fail("run", InvalidArgument("--backend wants key=value, got '" + kv + "'"));
+      }
+      o.backend[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    auto t = TransportRegistry::Global().Create(a.transport, o);
+    if (!t.ok()) return Fail("run", t.status());
+    parties.push_back(std::move(t).value());
+  }
+
+  std::printf(
+      "xsilo fl run: 1 server + %d clients over '%s'; %s tier: MLP %s, %llu float32 "
+      "parameters (%s); %d rounds of %llu local %s; quorum %s, round deadline %.0f s\n",
+      a.clients, a.transport.c_str(), a.tier.c_str(), shape->ToString().c_str(),
+      static_cast<unsigned long long>(shape->ParameterCount()),
+      Mb(shape->ParameterCount() * 4).c_str(), a.rounds,
+      static_cast<unsigned long long>(job.server.local_work.steps ? job.server.local_work.steps
+                                                                  : job.server.local_work.epochs),
+      job.server.local_work.steps ? "steps" : "epochs", a.quorum.c_str(), a.round_deadline_s);
+  std::fflush(stdout);
+
+  // Data and trainers first, so that the rounds time training, not set-up.
+  std::vector<std::unique_ptr<Trainer>> trainers;
+  for (int r = 1; r < world; ++r) {
+    auto t = MakeClientTrainer(job, *shape, r);
+    if (!t.ok()) return Fail("run", t.status());
+    trainers.push_back(std::move(t).value());
+  }
+  auto initial = MlpInitialParameters(*shape, job.mlp.seed);
+  if (!initial.ok()) return Fail("run", initial.status());
+
+  std::vector<std::future<Status>> starts;
+  for (auto& p : parties)
+    starts.push_back(std::async(std::launch::async, [&p] { return p->Start(); }));
+  Status start_status;
+  for (auto& f : starts) {
+    Status s = f.get();
+    if (!s.ok() && start_status.ok()) start_status = s;
+  }
+  if (!start_status.ok()) {
+    for (auto& p : parties) p->Stop();
+    return Fail("run (starting the transports)", start_status);
+  }
+
+  std::vector<std::future<Result<ClientReport>>> clients;
+  for (int r = 1; r < world; ++r) {
+    clients.push_back(std::async(std::launch::async, [&, r]() -> Result<ClientReport> {
+      FedAvgClient c(*parties[r], *trainers[r - 1], job.client);
+      return c.Run();
+    }));
+  }
+  PrintRoundHeader();
+  job.server.on_round = [&](const RoundReport& r) { PrintRound(r, job.server.rounds); };
+  FedAvgServer server(*parties[0], job.server);
+  auto report = server.Run(std::move(initial).value());
+  int rc = 0;
+  if (!report.ok()) {
+    rc = Fail("run", report.status());
+    parties[0]->Stop();  // releases clients still waiting
+  }
+  std::vector<PartyTimes> times = {{"server", 0, server.timers().Snapshot()}};
+  for (int r = 1; r < world; ++r) {
+    auto c = clients[r - 1].get();
+    if (!c.ok()) {
+      if (rc == 0) rc = Fail("run (client " + std::to_string(r) + ")", c.status());
+      continue;
+    }
+    times.push_back({"client " + std::to_string(r), r, c->seconds});
+  }
+  for (auto& p : parties) p->Stop();
+  if (!report.ok()) return rc;
+
+  PrintFinal(report->final_evaluation, a.clients);
+  std::printf("\nper-state time (s), as in Figure 5:\n%s", FormatStateTable(times).c_str());
+  if (report->late_updates_discarded > 0) {
+    std::printf("late updates discarded: %llu\n",
+                static_cast<unsigned long long>(report->late_updates_discarded));
+  }
+  if (!a.json_path.empty()) {
+    Status s = WriteJson(a.json_path, JobJson(a.transport, a.tier, *shape, *report, times));
+    if (!s.ok()) return Fail("run", s);
+    std::printf("report: %s\n", a.json_path.c_str());
+  }
+  return rc;
+}
+
+Result<JobConfig> LoadJob(const FlFileArgs& a) {
+  XSILO_ASSIGN_OR_RETURN(Config c, Config::Load(a.config));
+  return ReadJobConfig(c);
+}
+
+int RunServer(const FlFileArgs& a) {
+  auto job = LoadJob(a);
+  if (!job.ok()) return Fail("server", job.status());
+  job->transport_options.rank = 0;
+  auto shape = MlpShapeForTier(job->tier);
+  if (!shape.ok()) return Fail("server", shape.status());
+  auto initial = MlpInitialParameters(*shape, job->mlp.seed);
+  if (!initial.ok()) return Fail("server", initial.status());
+  auto t = TransportRegistry::Global().Create(job->transport, job->transport_options);
+  if (!t.ok()) return Fail("server", t.status());
+  std::printf("xsilo fl server: '%s' at %s, waiting for %d clients; %s tier (%s, %s)\n",
+              job->transport.c_str(), job->transport_options.address.c_str(),
+              job->transport_options.world_size - 1, job->tier.c_str(), shape->ToString().c_str(),
+              Mb(shape->ParameterCount() * 4).c_str());
+  std::fflush(stdout);
+  if (Status s = (*t)->Start(); !s.ok()) return Fail("server", s);
+  job->server.show_progress = !a.quiet;
+  job->server.on_round = [&](const RoundReport& r) { PrintRound(r, job->server.rounds); };
+  PrintRoundHeader();
+  FedAvgServer server(**t, job->server);
+  auto report = server.Run(std::move(initial).value());
+  (*t)->Stop();
+  if (!report.ok()) return Fail("server", report.status());
+  PrintFinal(report->final_evaluation, job->transport_options.world_size - 1);
+  std::printf("\nper-state time (s), clients as last reported:\n%s",
+              FormatStateTable(report->times).c_str());
+  if (!a.json_path.empty()) {
+    Status s =
+        WriteJson(a.json_path, JobJson(job->transport, job->tier, *shape, *report, report->times));
+    if (!s.ok()) return Fail("server", s);
+  }
+  return 0;
+}
+
+int RunClient(const FlFileArgs& a) {
+  auto job = LoadJob(a);
+  if (!job.ok()) return Fail("client", job.status());
+  if (a.rank >= 0) job->transport_options.rank = a.rank;
+  const int32_t rank = job->transport_options.rank;
+  if (rank <= 0 || rank >= job->transport_options.world_size) {
+    return Fail("client", InvalidArgument("a client needs a rank in 1.." +
+                                          std::to_string(job->transport_options.world_size - 1) +
+                                          " (--rank or [transport] rank)"));
+  }
+  auto shape = MlpShapeForTier(job->tier);
+  if (!shape.ok()) return Fail("client", shape.status());
+  auto trainer = MakeClientTrainer(*job, *shape, rank);
+  if (!trainer.ok()) return Fail("client", trainer.status());
+  auto t = TransportRegistry::Global().Create(job->transport, job->transport_options);
+  if (!t.ok()) return Fail("client", t.status());
+  std::printf("xsilo fl client %d: '%s' to %s; %s tier (%s)\n", rank, job->transport.c_str(),
+              job->transport_options.address.c_str(), job->tier.c_str(), shape->ToString().c_str());
+  std::fflush(stdout);
+  if (Status s = (*t)->Start(); !s.ok()) return Fail("client", s);
+  job->client.show_progress = !a.quiet;
+  FedAvgClient client(**t, **trainer, job->client);
+  auto report = client.Run();
+  (*t)->Stop();
+  if (!report.ok()) return Fail("client", report.status());
+  std::printf(
+      "trained %llu rounds (%llu stale models skipped); final model: loss %.4f, accuracy "
+      "%.4f on %llu held-out samples\n",
+      static_cast<unsigned long long>(report->rounds_trained),
+      static_cast<unsigned long long>(report->stale_models_skipped), report->final_evaluation.loss,
+      report->final_evaluation.accuracy,
+      static_cast<unsigned long long>(report->final_evaluation.samples));
+  std::vector<PartyTimes> times = {{"client " + std::to_string(rank), rank, report->seconds}};
+  std::printf("\nper-state time (s):\n%s", FormatStateTable(times).c_str());
+  if (!a.json_path.empty()) {
+    Status s = WriteJson(a.json_path, nlohmann::json::parse(StateTableJson(times)));
+    if (!s.ok()) return Fail("client", s);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddFlCommand(CLI::App& app) {
+  auto* fl = app.add_subcommand("fl", "Federated averaging with the built-in MLP trainer");
+  fl->require_subcommand(1);
+
+  static FlRunArgs run;
+  auto* r = fl->add_subcommand("run", "A server and N clients in this process over --transport");
+  r->add_option("--transport", run.transport, "registered transport name")->capture_default_str();
+  r->add_option(
+      "--address", run.address,
+      "server address (default: a fabric name for inproc, a free loopback port otherwise)");
+  r->add_option("--backend", run.backend, "backend option key=value (repeatable)");
+  r->add_option("--tier", run.tier, "model tier: small, medium, big, large")->capture_default_str();
+  r->add_option("--clients", run.clients, "number of clients")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  r->add_option("--rounds", run.rounds, "rounds")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  static CLI::Option* steps =
+      r->add_option("--local-steps", run.local_steps, "SGD steps per client per round")
+          ->capture_default_str();
+  r->add_option("--local-epochs", run.local_epochs,
+                "local epochs per round instead of steps (unless --local-steps is also given)");
+  r->add_option("--clients-per-round", run.clients_per_round,
+                "clients selected per round (0 = all)")
+      ->capture_default_str();
+  r->add_option(
+       "--quorum", run.quorum,
+       "updates a round needs: a fraction of the selected clients (0.5, 50%) or a count (5)")
+      ->capture_default_str();
+  r->add_option("--round-deadline", run.round_deadline_s, "seconds a round waits for updates")
+      ->capture_default_str();
+  r->add_option("--batch-size", run.batch_size, "SGD mini-batch size")->capture_default_str();
+  r->add_option("--learning-rate", run.learning_rate, "SGD step size")->capture_default_str();
+  r->add_option("--seed", run.seed, "seeds data, model and selection")->capture_default_str();
+  r->add_option("--alpha", run.alpha, "Synthetic(alpha, beta): model heterogeneity")
+      ->capture_default_str();
+  r->add_option("--beta", run.beta, "Synthetic(alpha, beta): feature heterogeneity")
+      ->capture_default_str();
+  r->add_option("--json", run.json_path, "write the rounds and the per-state table as JSON here");
+  r->add_flag("--quiet", run.quiet, "no progress line on stderr");
+  r->callback([] {
+    // Epochs alone replace the default steps.
+    if (run.local_epochs > 0 && steps->count() == 0) run.local_steps = 0;
+    int rc = RunInProcess(run);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+
+  static FlFileArgs server;
+  auto* s = fl->add_subcommand("server", "The server of a multi-host job (rank 0)");
+  s->add_option("--config", server.config, "TOML job file (see docs/fl.md)")->required();
+  s->add_option("--json", server.json_path,
+                "write the rounds and the per-state table as JSON here");
+  s->add_flag("--quiet", server.quiet, "no progress line on stderr");
+  s->callback([] {
+    int rc = RunServer(server);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+
+  static FlFileArgs client;
+  auto* c = fl->add_subcommand("client", "One client of a multi-host job");
+  c->add_option("--config", client.config, "TOML job file (see docs/fl.md)")->required();
+  c->add_option("--rank", client.rank, "this client's rank (1..world_size-1); overrides the file");
+  c->add_option("--json", client.json_path, "write this client's per-state times as JSON here");
+  c->add_flag("--quiet", client.quiet, "no progress line on stderr");
+  c->callback([] {
+    int rc = RunClient(client);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace xsilo::cli
