@@ -271,7 +271,8 @@ int RunInProcess(const FlRunArgs& a) {
     }
     times.push_back({"client " + std::to_string(r), r, c->seconds});
   }
-  for (auto& p : parties) p->Stop();
+  // Clients first: a server that left first would make them reconnect.
+  for (auto it = parties.rbegin(); it != parties.rend(); ++it) (*it)->Stop();
   if (!report.ok()) return rc;
 
   PrintFinal(report->final_evaluation, a.clients);
