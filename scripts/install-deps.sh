@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs the Debian packages xsilo needs to build and test. Idempotent:
-# packages already installed are skipped, and apt-get runs only when
-# something is missing. Needs root (or sudo) only in that case.
+# Installs the Debian packages xsilo needs to build and test, then the npm
+# packages of package.json (s3rver, which the S3 tests run). Idempotent:
+# packages already installed are skipped, apt-get runs only when something
+# is missing (needs root or sudo only then), npm only when node_modules
+# lacks s3rver.
 set -euo pipefail
 
 PACKAGES=(
@@ -23,7 +25,24 @@ PACKAGES=(
   iproute2 iperf3
   # fl: the built-in MLP trainer and the FedAvg aggregator
   libeigen3-dev
+  # s3rver (npm package, package.json), the S3 server our client is tested against
+  nodejs
 )
+# Debian's npm, unless an npm is already there (NodeSource's nodejs bundles
+# one and conflicts with Debian's npm package).
+if ! command -v npm >/dev/null 2>&1; then
+  PACKAGES+=(npm)
+fi
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+install_npm_packages() {
+  if [ -x "$ROOT/node_modules/.bin/s3rver" ]; then
+    return 0
+  fi
+  echo "install-deps: npm install (s3rver) in $ROOT"
+  (cd "$ROOT" && npm install --no-audit --no-fund)
+}
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -34,6 +53,7 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
+  install_npm_packages
   exit 0
 fi
 
@@ -46,3 +66,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_npm_packages

@@ -1,10 +1,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <vector>
 
+#include "s3/s3rver.h"
 #include "store/connector_conformance.h"
 #include "store/redis_server.h"
 #include "transport/test_util.h"
@@ -35,6 +38,45 @@ std::string FreshDir() {
   return dir.string();
 }
 
+constexpr const char* kS3Ak = "conformance-access";
+constexpr const char* kS3Sk = "conformance-secret";
+
+// The embedded S3 server (memory storage), started on first use and kept
+// for the life of the process; a child process resolving a key reaches it
+// through the endpoint in config().
+std::string EmbeddedS3Endpoint() {
+  static const std::unique_ptr<S3Server> server = [] {
+    S3ServerOptions o;
+    o.access_key = kS3Ak;
+    o.secret_key = kS3Sk;
+    auto s = S3Server::Start(o);
+    if (!s.ok()) {
+      std::fprintf(stderr, "cannot start the embedded S3 server: %s\n",
+                   s.status().ToString().c_str());
+      std::abort();
+    }
+    return std::move(s).value();
+  }();
+  return server->endpoint();
+}
+
+// A fresh prefix per test; the connector creates the bucket. Small parts so
+// that multipart uploads (and many ranges) are exercised.
+ConnectorConfig S3Config(const std::string& endpoint, const std::string& bucket,
+                         const std::string& access_key, const std::string& secret_key,
+                         uint64_t part_bytes) {
+  return ConnectorConfig{"s3",
+                         {{"endpoint", endpoint},
+                          {"bucket", bucket},
+                          {"access_key", access_key},
+                          {"secret_key", secret_key},
+                          {"addressing", "path"},
+                          {"prefix", "t" + std::to_string(g_counter++) + "/"},
+                          {"part_bytes", std::to_string(part_bytes)},
+                          {"connections", "4"},
+                          {"concurrency", "4"}}};
+}
+
 }  // namespace
 }  // namespace xsilo::testing
 
@@ -59,6 +101,21 @@ XSILO_CONNECTOR_CONFORMANCE(Redis, {.name = "redis", .config = [] {
                                            {"prefix", "t" + std::to_string(g_counter++)},
                                            {"part_bytes", std::to_string(64 << 20)}}};
                                     }});
+
+XSILO_CONNECTOR_CONFORMANCE(S3, {.name = "s3", .config = [] {
+                                   return S3Config(EmbeddedS3Endpoint(), "conformance", kS3Ak,
+                                                   kS3Sk, 8 << 20);
+                                 }});
+
+// s3rver (npm, installed by scripts/install-deps.sh): one per test process.
+// A missing s3rver fails the test with a message, it does not skip.
+XSILO_CONNECTOR_CONFORMANCE(S3rver, {.name = "s3rver", .config = [] {
+                                       Status up = StartSharedS3rver();
+                                       if (!up.ok()) ADD_FAILURE() << up.ToString();
+                                       return S3Config(SharedS3rverEndpoint(), "conformance",
+                                                       S3rver::kAccessKey, S3rver::kSecretKey,
+                                                       64 << 20);
+                                     }});
 
 namespace xsilo {
 namespace {

@@ -15,6 +15,7 @@
 //   concurrency  default 8: parts uploaded at once
 //   addressing   auto | path | virtual (default auto)
 //   create_bucket 0|1 (default 1): create the bucket if it is missing
+#include <algorithm>
 #include <charconv>
 
 #include "store/builtin.h"
