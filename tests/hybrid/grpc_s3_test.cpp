@@ -45,7 +45,8 @@ XSILO_TRANSPORT_CONFORMANCE(GrpcS3rver,
                                                  {"store.secret_key", S3rver::kSecretKey},
                                                  {"store.addressing", "path"}},
                              .network = true,
-                             .label = "grpc_s3rver"});
+                             .label = "grpc_s3rver",
+                             .huge_payloads = false});
 
 namespace xsilo::testing {
 namespace {

@@ -99,6 +99,7 @@ TEST_P(ConnectorConformance, RoundTrips100MB) {
 }
 
 TEST_P(ConnectorConformance, RoundTripsOver2GiB) {
+  if (!GetParam().huge_payloads) GTEST_SKIP() << "huge objects covered by another configuration";
   const uint64_t size = (uint64_t{9} << 28) + 5;  // 2.25 GiB + 5 B
   uint64_t want;
   Key key;

@@ -21,6 +21,9 @@ struct ConnectorParam {
   std::function<ConnectorConfig()> config;
   // Keys resolve in another process from config + key.
   bool cross_process = true;
+  // False skips the >2 GiB case: for interop configurations (a third-party
+  // server) whose large-object path another instantiation covers.
+  bool huge_payloads = true;
 };
 
 void PrintTo(const ConnectorParam& p, std::ostream* os);

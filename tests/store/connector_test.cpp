@@ -109,13 +109,16 @@ XSILO_CONNECTOR_CONFORMANCE(S3, {.name = "s3", .config = [] {
 
 // s3rver (npm, installed by scripts/install-deps.sh): one per test process.
 // A missing s3rver fails the test with a message, it does not skip.
-XSILO_CONNECTOR_CONFORMANCE(S3rver, {.name = "s3rver", .config = [] {
-                                       Status up = StartSharedS3rver();
-                                       if (!up.ok()) ADD_FAILURE() << up.ToString();
-                                       return S3Config(SharedS3rverEndpoint(), "conformance",
-                                                       S3rver::kAccessKey, S3rver::kSecretKey,
-                                                       64 << 20);
-                                     }});
+XSILO_CONNECTOR_CONFORMANCE(S3rver, {.name = "s3rver",
+                                     .config =
+                                         [] {
+                                           Status up = StartSharedS3rver();
+                                           if (!up.ok()) ADD_FAILURE() << up.ToString();
+                                           return S3Config(SharedS3rverEndpoint(), "conformance",
+                                                           S3rver::kAccessKey, S3rver::kSecretKey,
+                                                           64 << 20);
+                                         },
+                                     .huge_payloads = false});
 
 namespace xsilo {
 namespace {
