@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
   }
   std::string tier_name = "big", json = "broadcast_memory.json", streams_list = "1,4";
   int clients = 7, rounds = 3;
-  uint64_t chunk = 4ull << 20;
+  uint64_t chunk = 1ull << 20;  // the grpc default
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--tier")

@@ -174,8 +174,16 @@ bool PeerLink::CanDispatchLocked() const {
   const Outgoing* next =
       current_ ? current_.get() : (queue_.empty() ? nullptr : queue_.front().get());
   if (next == nullptr) return false;
-  const uint64_t len = std::min(config_.chunk_bytes, next->frame->bytes.size - next->next_offset);
+  const uint64_t len = std::min(StripeChunkLocked(), next->frame->bytes.size - next->next_offset);
   return in_flight_ == 0 || in_flight_ + len <= config_.window_bytes;
+}
+
+// Striped over N streams, each chunk is chunk_bytes / N (at least 64 KiB):
+// every writer holds up to two chunks, so per-peer buffering stays flat in N.
+uint64_t PeerLink::StripeChunkLocked() const {
+  if (stream_count_ <= 1) return config_.chunk_bytes;
+  const uint64_t floor = std::min<uint64_t>(config_.chunk_bytes, 64 << 10);
+  return std::max<uint64_t>(config_.chunk_bytes / static_cast<uint64_t>(stream_count_), floor);
 }
 
 void PeerLink::WriterLoop(StreamSlot* slot) {
@@ -199,7 +207,7 @@ void PeerLink::WriterLoop(StreamSlot* slot) {
         }
         msg = current_;
         offset = msg->next_offset;
-        len = std::min(config_.chunk_bytes, msg->frame->bytes.size - offset);
+        len = std::min(StripeChunkLocked(), msg->frame->bytes.size - offset);
         msg->next_offset += len;
         if (msg->next_offset == msg->frame->bytes.size) current_.reset();
         in_flight_ += len;

@@ -116,6 +116,7 @@ class PeerLink {
  private:
   using Failures = std::vector<std::pair<SendCallback, Status>>;
   bool CanDispatchLocked() const;
+  uint64_t StripeChunkLocked() const;
   void BreakLocked(const Status& why, Failures* failures);
   static void Fire(Failures& failures);
 

@@ -22,7 +22,7 @@ Result<GrpcOptions> ParseGrpcOptions(const TransportOptions& o) {
   g.mode = BackendString(o, "mode", g.mode);
   if (g.mode != "stream" && g.mode != "unary")
     return InvalidArgument("grpc option mode='" + g.mode + "' (expected stream or unary)");
-  XSILO_ASSIGN_OR_RETURN(int64_t chunk, Ranged(o, "chunk_bytes", 4 << 20, 1 << 10, 64 << 20));
+  XSILO_ASSIGN_OR_RETURN(int64_t chunk, Ranged(o, "chunk_bytes", 1 << 20, 1 << 10, 64 << 20));
   XSILO_ASSIGN_OR_RETURN(int64_t window,
                          Ranged(o, "window_bytes", int64_t{32} << 20, 1, int64_t{1} << 40));
   XSILO_ASSIGN_OR_RETURN(int64_t streams, Ranged(o, "streams", 1, 1, 64));

@@ -13,8 +13,12 @@ struct GrpcOptions {
   // "stream" (default): chunked frames over a client-initiated bidi stream.
   // "unary": one unary call per message carrying the whole frame (baseline).
   std::string mode = "stream";
-  // Bytes of message per Chunk frame. Default 4 MiB; 1 KiB .. 64 MiB.
-  uint64_t chunk_bytes = 4ull << 20;
+  // Bytes of message per Chunk frame. Default 1 MiB; 1 KiB .. 64 MiB. Every
+  // writer (one per peer and stream) holds up to two chunks at once (the
+  // frame and gRPC's serialized copy), so with streams=N each stream sends
+  // chunks of chunk_bytes / N (at least 64 KiB): the sender's buffering per
+  // peer does not grow with N.
+  uint64_t chunk_bytes = 1ull << 20;
   // Bytes a sender may have sent to one peer that the peer has not yet
   // consumed. Default 32 MiB; at least 1 (a chunk may exceed it when alone).
   uint64_t window_bytes = 32ull << 20;
