@@ -19,6 +19,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   # s3: client (libcurl, OpenSSL for SigV4) and embedded server; curl CLI for interop tests
   libcurl4-openssl-dev libssl-dev curl
+  # s3 interop test: boto3 against the embedded server
+  python3-boto3
   # mpi-generic / mpi-buffer transports (Open MPI)
   libopenmpi-dev openmpi-bin
   # netem (namespaces; iperf3 for `xsilo netem check`)

@@ -1,3 +1,5 @@
+// Multi-process exchanges of models over grpc (1 and 4 streams) and grpc+s3.
+//
 // grpc+s3, the paper's hybrid backend, across processes: the transport
 // conformance suite with the embedded object server, and a FedAvg-shaped
 // exchange (1 server, 7 client processes, models both ways, 3 rounds)
@@ -98,9 +100,9 @@ TransportOptions PartyOptions(int rank, const std::string& address,
 }
 
 // Client process: receive the model, return an update of the same size.
-int RunClient(int rank, const std::string& address,
+int RunClient(const std::string& backend, int rank, const std::string& address,
               const std::map<std::string, std::string>& store) {
-  auto t = TransportRegistry::Global().Create("grpc+s3", PartyOptions(rank, address, store));
+  auto t = TransportRegistry::Global().Create(backend, PartyOptions(rank, address, store));
   if (!t.ok() || !(*t)->Start().ok()) return 2;
   for (int r = 0; r < kRounds; ++r) {
     auto model = (*t)->Receive(120s);
@@ -126,12 +128,12 @@ std::string Encode(const std::map<std::string, std::string>& m) {
   return s;
 }
 
-pid_t SpawnClient(int rank, const std::string& address,
+pid_t SpawnClient(const std::string& backend, int rank, const std::string& address,
                   const std::map<std::string, std::string>& store) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) env.emplace_back(*e);
   env.push_back(std::string(kPartyEnv) + "=" + std::to_string(rank) + "|" + address + "|" +
-                Encode(store));
+                backend + "|" + Encode(store));
   std::vector<char*> envp;
   for (auto& s : env) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -165,7 +167,7 @@ TEST(GrpcS3, SevenClientProcessesThreeRoundsBothWaysLeaveTheBucketEmpty) {
   auto server = TransportRegistry::Global().Create("grpc+s3", PartyOptions(0, address, store));
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   std::vector<pid_t> clients;
-  for (int c = 1; c <= kClients; ++c) clients.push_back(SpawnClient(c, address, {}));
+  for (int c = 1; c <= kClients; ++c) clients.push_back(SpawnClient("grpc+s3", c, address, {}));
   ASSERT_TRUE((*server)->Start().ok());
 
   std::vector<int32_t> peers;
@@ -216,6 +218,53 @@ TEST(GrpcS3, SevenClientProcessesThreeRoundsBothWaysLeaveTheBucketEmpty) {
       << listed->objects.size() << " objects left, first " << listed->objects.front().key;
 }
 
+// The same FedAvg-shaped exchange over plain grpc (the models travel as
+// chunked frames on the clients' dial-out streams): 1 server, 7 client
+// processes, Medium-tier models both ways, 3 rounds.
+void ExchangeOverGrpc(const std::map<std::string, std::string>& options) {
+  std::string address = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
+  auto server = TransportRegistry::Global().Create("grpc", PartyOptions(0, address, options));
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  std::vector<pid_t> clients;
+  for (int c = 1; c <= kClients; ++c) clients.push_back(SpawnClient("grpc", c, address, options));
+  ASSERT_TRUE((*server)->Start().ok());
+  std::vector<int32_t> peers;
+  for (int c = 1; c <= kClients; ++c) peers.push_back(c);
+  for (int r = 0; r < kRounds; ++r) {
+    Message model = PatternMessage(kModelBytes, r, r);
+    model.type = "model";
+    ASSERT_TRUE((*server)->Broadcast(peers, model, 120s).ok()) << "round " << r;
+    std::set<int32_t> from;
+    for (int n = 0; n < kClients; ++n) {
+      auto u = (*server)->Receive(120s);
+      ASSERT_TRUE(u.ok()) << u.status().ToString();
+      EXPECT_TRUE(PatternIntact(*u));
+      EXPECT_EQ(u->round, r);
+      EXPECT_EQ(u->tensors.begin()->second.nbytes(), kModelBytes);
+      from.insert(u->sender);
+    }
+    EXPECT_EQ(from.size(), size_t{kClients});
+  }
+  Message bye;
+  bye.type = "bye";
+  Status said = (*server)->Broadcast(peers, bye, 60s);
+  EXPECT_TRUE(said.ok()) << said.ToString();
+  for (int n = 0; n < kClients; ++n) {
+    auto done = (*server)->Receive(60s);
+    ASSERT_TRUE(done.ok()) << done.status().ToString();
+  }
+  for (pid_t pid : clients) {
+    int st = 0;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "client exit status " << st;
+  }
+  (*server)->Stop();
+}
+
+TEST(GrpcSevenClients, ThreeRoundsBothWaysOneStream) { ExchangeOverGrpc({}); }
+
+TEST(GrpcSevenClients, ThreeRoundsBothWaysFourStreams) { ExchangeOverGrpc({{"streams", "4"}}); }
+
 }  // namespace
 
 int RunGrpcS3PartyIfRequested() {
@@ -226,12 +275,13 @@ int RunGrpcS3PartyIfRequested() {
   std::string item;
   while (std::getline(in, item, '|')) f.push_back(item);
   std::map<std::string, std::string> store;
-  std::stringstream opts(f.size() > 2 ? f[2] : "");
+  if (f.size() < 3) return 9;
+  std::stringstream opts(f.size() > 3 ? f[3] : "");
   while (std::getline(opts, item, ',')) {
     auto eq = item.find('=');
     if (eq != std::string::npos) store[item.substr(0, eq)] = item.substr(eq + 1);
   }
-  return RunClient(std::stoi(f[0]), f[1], store);
+  return RunClient(f[2], std::stoi(f[0]), f[1], store);
 }
 
 }  // namespace xsilo

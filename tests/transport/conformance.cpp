@@ -1,5 +1,6 @@
 #include "transport/conformance.h"
 
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -356,7 +357,24 @@ TEST_P(TransportConformance, BroadcastSharesPayload) {
   ASSERT_TRUE(ResetPeakRss());
   std::vector<int32_t> peers;
   for (int r = 1; r <= kReceivers; ++r) peers.push_back(r);
-  ASSERT_TRUE(world[0]->Broadcast(peers, m, 600s).ok());
+  Status sent = world[0]->Broadcast(peers, m, 600s);
+  if (!sent.ok()) {
+    // Say how the receivers ended, then fail.
+    for (pid_t pid : children) {
+      int st = 0;
+      pid_t got = 0;
+      for (int i = 0; i < 100 && (got = waitpid(pid, &st, WNOHANG)) == 0; ++i)
+        std::this_thread::sleep_for(100ms);
+      if (got == 0) {
+        ADD_FAILURE() << "receiver " << pid << " still running; killed";
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+      } else {
+        ADD_FAILURE() << "receiver " << pid << " exited with status " << st;
+      }
+    }
+    FAIL() << "broadcast: " << sent.ToString();
+  }
 
   if (p.network) {
     for (int n = 0; n < kReceivers; ++n) {

@@ -326,6 +326,10 @@ Status GrpcTransport::StartServer() {
   b.RegisterService(service_.get());
   b.SetMaxReceiveMessageSize(g_.mode == "unary" ? -1 : kMaxChunkFrame);
   b.SetMaxSendMessageSize(-1);
+  // gRPC sets SO_REUSEPORT by default: a second server on the same port
+  // would then bind too and the kernel would split our clients between the
+  // two. One port, one server: binding a taken port fails.
+  b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   b.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   b.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, Http2Window(g_));
   b.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, kMaxHttp2Frame);

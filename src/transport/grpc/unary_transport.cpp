@@ -73,6 +73,7 @@ class UnaryTransport final : public Transport {
     grpc::ServerBuilder b;
     int port = 0;
     b.AddListeningPort(self, grpc::InsecureServerCredentials(), &port);
+    b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a taken port fails, not shares
     b.RegisterService(service_.get());
     b.SetMaxReceiveMessageSize(-1);
     server_ = b.BuildAndStart();

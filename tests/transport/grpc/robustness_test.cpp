@@ -106,6 +106,26 @@ bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeou
   return pred();
 }
 
+// gRPC would share a port between two servers (SO_REUSEPORT) and split the
+// clients between them; ours refuses a taken port.
+TEST(GrpcServer, ASecondServerOnATakenPortFailsToStart) {
+  const int port = FreeTcpPort();
+  auto first = StartServer(port, 2);
+  ASSERT_NE(first, nullptr);
+  for (const char* mode : {"stream", "unary"}) {
+    TransportOptions o;
+    o.rank = 0;
+    o.world_size = 2;
+    o.address = "127.0.0.1:" + std::to_string(port);
+    o.backend = {{"mode", mode}};
+    auto second = TransportRegistry::Global().Create("grpc", o);
+    ASSERT_TRUE(second.ok()) << second.status().ToString();
+    EXPECT_FALSE((*second)->Start().ok()) << mode << ": a second server bound a taken port";
+    (*second)->Stop();
+  }
+  first->Stop();
+}
+
 TEST(GrpcBadInput, EachBadFrameDropsOnlyItsMessageWithAClearError) {
   const int port = FreeTcpPort();
   TransportOptions base;
