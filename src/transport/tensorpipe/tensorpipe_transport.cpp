@@ -488,9 +488,11 @@ class TensorPipeTransport final : public Transport {
 
   void PipeFailed(int32_t peer, const std::shared_ptr<tensorpipe::Pipe>& pipe,
                   const tensorpipe::Error& err) {
-    // EOF is the peer stopping cleanly; not worth a line on stderr.
-    if (!stopping_ && !err.isOfType<tensorpipe::PipeClosedError>() &&
-        !err.isOfType<tensorpipe::EOFError>()) {
+    // EOF is the peer stopping cleanly (uv reports it as a UVError named
+    // EOF); not worth a line on stderr.
+    const bool clean = err.isOfType<tensorpipe::PipeClosedError>() ||
+                       err.isOfType<tensorpipe::EOFError>() || err.what().rfind("EOF:", 0) == 0;
+    if (!stopping_ && !clean) {
       Log("connection to rank " + std::to_string(peer) + " lost: " + err.what());
     }
     Forget(peer, pipe);
