@@ -21,6 +21,8 @@ PACKAGES=(
   libcurl4-openssl-dev libssl-dev curl
   # mpi-generic / mpi-buffer transports (Open MPI)
   libopenmpi-dev openmpi-bin
+  # tensorpipe transport (optional: without it the backend is not built)
+  libtensorpipe-dev
   # netem (namespaces; iperf3 for `xsilo netem check`)
   iproute2 iperf3
   # fl: the built-in MLP trainer and the FedAvg aggregator
