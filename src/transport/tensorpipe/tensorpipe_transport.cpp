@@ -213,9 +213,12 @@ class TensorPipeTransport final : public Transport {
       pipe = pipes_[peer];
     }
     Submission submission(this);
-    if (!submission.ok() || !started_) {
-      done(Cancelled(started_ ? "tensorpipe transport stopped"
-                              : "tensorpipe transport not started"));
+    if (!submission.ok()) {
+      done(Cancelled("tensorpipe transport stopped"));
+      return;
+    }
+    if (!started_) {
+      done(FailedPrecondition("tensorpipe transport not started"));
       return;
     }
     if (!pipe) {
