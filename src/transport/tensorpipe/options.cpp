@@ -56,7 +56,7 @@ Result<TensorPipeOptions> ParseTensorPipeOptions(const TransportOptions& o) {
   t.lanes = static_cast<int>(lanes);
   t.lane_host = BackendString(o, "lane_host", "");
   XSILO_ASSIGN_OR_RETURN(int64_t piece, Ranged(o, "piece_bytes", int64_t{1} << 30, int64_t{1} << 20,
-                                               int64_t{1} << 30));
+                                               int64_t{1} << 40));
   t.piece_bytes = static_cast<uint64_t>(piece);
   XSILO_ASSIGN_OR_RETURN(int64_t verify, Ranged(o, "verify_checksum", 1, 0, 1));
   t.verify_checksum = verify != 0;

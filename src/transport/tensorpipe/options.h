@@ -27,7 +27,7 @@ struct TensorPipeOptions {
   bool xth = false;
   // "piece_bytes": largest TensorPipe tensor on the wire; bigger tensors
   // travel as several pieces read straight into one Buffer. Default 1 GiB;
-  // 1 MiB .. 1 GiB.
+  // 1 MiB .. 1 TiB (1 TiB: no splitting in practice).
   uint64_t piece_bytes = 1ull << 30;
   // "verify_checksum": the sender sends an XXH3-64 per tensor, the receiver
   // verifies it. Default 1.
