@@ -40,13 +40,15 @@ asan: deps
 fuzz-build: deps
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DXSILO_FUZZ=ON -DXSILO_BUILD_TESTS=OFF -DXSILO_BUILD_TOOLS=OFF
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_decode fuzz_seeds
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_decode fuzz_seeds fuzz_tensorpipe_descriptor
 
 fuzz: fuzz-build
 	mkdir -p $(FUZZ_BUILD)/corpus
 	$(FUZZ_BUILD)/fuzz/fuzz_seeds $(FUZZ_BUILD)/corpus
 	$(FUZZ_BUILD)/fuzz/fuzz_decode -runs=$(FUZZ_RUNS) -max_len=65536 -rss_limit_mb=2048 \
 	  $(FUZZ_BUILD)/corpus
+	$(FUZZ_BUILD)/fuzz/fuzz_tensorpipe_descriptor -runs=$(FUZZ_RUNS) -max_len=4096 \
+	  -rss_limit_mb=2048
 
 test: unit asan
 	$(MAKE) fuzz FUZZ_RUNS=$(FUZZ_RUNS)

@@ -23,6 +23,8 @@ PACKAGES=(
   python3-boto3
   # mpi-generic / mpi-buffer transports (Open MPI)
   libopenmpi-dev openmpi-bin
+  # tensorpipe transport (optional: without it the backend is not built)
+  libtensorpipe-dev
   # netem (namespaces; iperf3 for `xsilo netem check`)
   iproute2 iperf3
   # fl: the built-in MLP trainer and the FedAvg aggregator

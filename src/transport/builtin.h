@@ -12,5 +12,7 @@ TransportFactory GrpcTransportFactory();
 // Open MPI, one rank per process (src/transport/mpi/).
 TransportFactory MpiGenericTransportFactory();
 TransportFactory MpiBufferTransportFactory();
+// TensorPipe (src/transport/tensorpipe/); only in builds with XSILO_HAVE_TENSORPIPE.
+TransportFactory TensorPipeTransportFactory();
 
 }  // namespace xsilo
