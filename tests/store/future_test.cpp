@@ -91,7 +91,7 @@ TEST_P(FutureTest, SetAndAwaitedAcrossProcesses) {
   EXPECT_EQ(testing::WaitChild(pid), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Connectors, FutureTest, ::testing::Values("file", "redis"),
+INSTANTIATE_TEST_SUITE_P(Connectors, FutureTest, ::testing::Values("file", "redis", "s3"),
                          [](const auto& info) { return info.param; });
 
 // Redis futures are notified through a per-key signal list, and evicting

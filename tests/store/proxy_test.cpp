@@ -190,7 +190,7 @@ TEST_P(CrossProcessProxy, ResolvesInAnotherProcess) {
   EXPECT_EQ(code, 10 + static_cast<int>(StatusCode::kNotFound));
 }
 
-INSTANTIATE_TEST_SUITE_P(Connectors, CrossProcessProxy, ::testing::Values("file", "redis"),
+INSTANTIATE_TEST_SUITE_P(Connectors, CrossProcessProxy, ::testing::Values("file", "redis", "s3"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "store/redis_server.h"
 #include "xsilo/core/codec.h"
+#include "xsilo/s3/server.h"
 #include "xsilo/store/future.h"
 #include "xsilo/store/proxy.h"
 
@@ -48,8 +49,33 @@ std::string StoreTempDir() {
   return dir.string();
 }
 
+// One embedded S3 server per test process, started on first use; child
+// processes reach it through the endpoint and keys in the connector config.
+const std::string& EmbeddedS3ForTests() {
+  static std::unique_ptr<S3Server> server;
+  static const std::string endpoint = [] {
+    S3ServerOptions o;
+    o.access_key = "store-test-ak";
+    o.secret_key = "store-test-sk";
+    auto s = S3Server::Start(o);
+    if (!s.ok()) return std::string();
+    server = std::move(s).value();
+    return server->endpoint();
+  }();
+  return endpoint;
+}
+
 ConnectorConfig FreshConnectorConfig(const std::string& kind) {
   if (kind == "file") return {"file", {{"dir", StoreTempDir()}}};
+  if (kind == "s3") {
+    return {"s3",
+            {{"endpoint", EmbeddedS3ForTests()},
+             {"bucket", "store-test"},
+             {"access_key", "store-test-ak"},
+             {"secret_key", "store-test-sk"},
+             {"addressing", "path"},
+             {"prefix", "p" + std::to_string(getpid()) + "-" + std::to_string(g_counter++) + "/"}}};
+  }
   if (kind == "redis") {
     return {"redis",
             {{"port", std::to_string(RedisTestPort())},

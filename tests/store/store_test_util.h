@@ -16,8 +16,8 @@ namespace xsilo::testing {
 // A fresh directory under the temp dir, removed when the process exits.
 std::string StoreTempDir();
 
-// Config of a fresh connector of `kind` ("memory", "file" or "redis"; redis
-// starts the test redis-server on first use).
+// Config of a fresh connector of `kind` ("memory", "file", "redis" or "s3";
+// redis starts the test redis-server, s3 an embedded S3 server, on first use).
 ConnectorConfig FreshConnectorConfig(const std::string& kind);
 
 // Forwards to another connector and counts calls (after LevelDB's EnvWrapper).
