@@ -401,7 +401,7 @@ grpc::Status GrpcTransport::Serve(grpc::ServerContext* ctx,
   }
   if (violation) Log("protocol violation from peer " + std::to_string(hello.rank()));
   link->Break(slot.session, Unavailable("connection to peer " + std::to_string(hello.rank()) +
-                                        " lost; message not delivered"));
+                                        " lost before delivery was confirmed"));
   ctx->TryCancel();
   writer.join();
   link->Detach(&slot);
@@ -576,7 +576,8 @@ Status GrpcTransport::RunSession(bool* was_up) {
         while (c->rw->Read(&in)) {
           if (!link.OnFrame(&c->slot, in)) break;
         }
-        link.Break(session, Unavailable("connection to the server lost; message not delivered"));
+        link.Break(session,
+                   Unavailable("connection to the server lost before delivery was confirmed"));
       });
     }
     {

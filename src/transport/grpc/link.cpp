@@ -229,7 +229,7 @@ void PeerLink::WriterLoop(StreamSlot* slot) {
     }
     if (!ok) {
       Break(slot->session, Unavailable("connection to peer " + std::to_string(config_.peer) +
-                                       " lost; message not delivered"));
+                                       " lost before delivery was confirmed"));
       return;
     }
   }
