@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <future>
+#include <iostream>
 #include <sstream>
 #include <thread>
 
@@ -111,7 +112,9 @@ bool RunConformanceChildIfRequested(int* exit_code) {
   o.backend = DecodeOptions(f[4]);
   o.connect_timeout = 60s;
   auto t = TransportRegistry::Global().Create(f[0], o);
-  if (!t.ok() || !(*t)->Start().ok()) {
+  Status started = t.ok() ? (*t)->Start() : t.status();
+  if (!started.ok()) {
+    std::cerr << "conformance receiver rank " << o.rank << ": " << started.ToString() << "\n";
     *exit_code = 2;
     return true;
   }

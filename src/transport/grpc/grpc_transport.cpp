@@ -507,13 +507,17 @@ Status GrpcTransport::RunSession(bool* was_up) {
   std::vector<std::unique_ptr<ClientStream>> cs;
   for (int i = 0; i < n; ++i) cs.push_back(std::make_unique<ClientStream>());
 
-  // The handshake must finish within the connect timeout.
+  // One attempt's handshake gets a quarter of the connect timeout (2..15 s):
+  // an attempt that stalls (a connection the server never answered) is
+  // abandoned and retried instead of using up the whole connect timeout.
+  const auto attempt_timeout = std::clamp<Clock::duration>(
+      options_.connect_timeout / 4, std::chrono::seconds(2), std::chrono::seconds(15));
   std::mutex hs_mu;
   std::condition_variable hs_cv;
   bool hs_done = false;
   std::thread watchdog([&] {
     std::unique_lock<std::mutex> lock(hs_mu);
-    auto deadline = Clock::now() + options_.connect_timeout;
+    auto deadline = Clock::now() + attempt_timeout;
     while (!hs_done && Clock::now() < deadline) {
       hs_cv.wait_for(lock, std::chrono::milliseconds(50));
       if (stopping()) break;
