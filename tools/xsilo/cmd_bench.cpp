@@ -330,7 +330,14 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
   std::set<int64_t> ready;
   for (int r = 1; r < spec.world; ++r) ready.insert(-r);
   SendErrors errors;
+  const auto started = Clock::now();
+  json phases = json::object();
+  auto phase = [&](const char* name) {
+    phases[name] = std::chrono::duration<double>(Clock::now() - started).count();
+    (*result)["phases_s"] = phases;
+  };
   XSILO_RETURN_IF_ERROR(WaitAcks(t, ready, 120, &errors).status());
+  phase("ready");
 
   XSILO_ASSIGN_OR_RETURN(Message model, MakeModel(spec.parameters, 1));
   const uint64_t model_bytes = model.payload_bytes();
@@ -352,6 +359,7 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
     if (r >= spec.warmup) latency_ms.push_back(static_cast<double>(acks[seq] - t0) / 1e6);
   }
   (*result)["latency_ms"] = latency_ms;
+  phase("latency");
 
   // (b) N distinct messages one after another, then all at once.
   if (spec.concurrent > 0) {
@@ -380,6 +388,7 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
     (*result)["concurrency"] = {{"n", spec.concurrent},       {"sequential_s", seq_s},
                                 {"concurrent_s", conc_s},     {"speedup", seq_s / conc_s},
                                 {"rss_before_bytes", before}, {"peak_bytes", SelfField("VmHWM")}};
+    phase("concurrency");
   }
 
   // (c) Figure 2: the same model dispatched n times at once.
@@ -403,6 +412,7 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
                         {"helpers_peak_bytes", ChildrenPeak()}});
   }
   (*result)["dispatch"] = dispatch;
+  phase("dispatch");
 
   // (c) a concurrent broadcast to every receiver.
   if (spec.broadcast && spec.world > 2) {
@@ -423,6 +433,7 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
         {"peak_bytes", SelfField("VmHWM")},
         {"helpers_peak_bytes", ChildrenPeak()},
         {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()}};
+    phase("broadcast");
   }
 
   // (d) codec time for the same message, in this process.
@@ -443,6 +454,7 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
   }
   (*result)["encode_ms"] = Median(enc);
   (*result)["decode_ms"] = Median(dec);
+  phase("codec");
   return Status::OK();
 }
 
@@ -638,6 +650,27 @@ int WaitPeers(const std::vector<pid_t>& pids, Clock::time_point deadline, bool* 
   return failed;
 }
 
+// True once a TCP socket in `pid`'s network namespace listens on `port`
+// (/proc/PID/net/tcp shows the namespace of that process).
+bool Listening(pid_t pid, int port) {
+  char want[8];
+  std::snprintf(want, sizeof(want), ":%04X", port);
+  // gRPC listens on a dual-stack IPv6 socket even for an IPv4 address.
+  for (const char* table : {"/net/tcp", "/net/tcp6"}) {
+    std::ifstream in("/proc/" + std::to_string(pid) + table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream ls(line);
+      std::string slot, local, remote, st;
+      ls >> slot >> local >> remote >> st;
+      if (st == "0A" && local.size() >= 5 && local.compare(local.size() - 5, 5, want) == 0)
+        return true;
+    }
+  }
+  return false;
+}
+
 struct P2pArgs {
   std::string envs = "lan,geo-proximal,ca-va,ca-hk";
   std::string tiers = "small,medium,big,large";
@@ -685,7 +718,7 @@ int RunP2p(P2pArgs a, const std::vector<std::string>& explicit_flags) {
   if (a.quick) {
     if (!given("--envs")) a.envs = "lan,ca-hk";
     if (!given("--repeats")) a.repeats = 3;
-    if (!given("--scale")) a.scale = 0.1;
+    if (!given("--scale")) a.scale = 0.5;
     if (!given("--link-seconds")) a.link_seconds = 3;
     if (!given("--broadcast-peers")) a.broadcast_peers = 2;
     if (!given("--dispatch")) a.dispatch = "1,4,16";
@@ -890,6 +923,7 @@ int RunP2p(P2pArgs a, const std::vector<std::string>& explicit_flags) {
         fs::remove(spec.result, ec);
         const std::string log = g_tmpdir + "/peers.log";
         fs::remove(log, ec);
+        const auto run_started = Clock::now();
         std::vector<pid_t> pids;
         Status spawn_status;
         for (int r = 0; r < spec.world && spawn_status.ok(); ++r) {
@@ -898,10 +932,21 @@ int RunP2p(P2pArgs a, const std::vector<std::string>& explicit_flags) {
           p.role = r == 0 ? "sender" : "receiver";
           p.site = topology->loopback ? "" : (r == 0 ? "server" : "client1");
           auto pid = SpawnPeer(p, log);
-          if (pid.ok())
-            pids.push_back(*pid);
-          else
+          if (!pid.ok()) {
             spawn_status = pid.status();
+            break;
+          }
+          pids.push_back(*pid);
+          if (r == 0) {
+            // Receivers dial only once the sender listens: a refused first
+            // connection would put gRPC's reconnect backoff (seconds to a
+            // minute) into the measurement's setup.
+            const int port = std::stoi(spec.address.substr(spec.address.rfind(':') + 1));
+            const auto until = Clock::now() + std::chrono::seconds(60);
+            while (!Listening(*pid, port) && Clock::now() < until &&
+                   waitpid(*pid, nullptr, WNOHANG) == 0)
+              std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          }
         }
         // Whole-run budget: every message the sender sends, at the slow rate, x4.
         double messages = 1 + a.repeats + 2.0 * conc + spec.world;
@@ -954,6 +999,8 @@ int RunP2p(P2pArgs a, const std::vector<std::string>& explicit_flags) {
         if (result.contains("concurrency")) run["concurrency"] = result["concurrency"];
         run["dispatch"] = result.value("dispatch", json::array());
         if (result.contains("broadcast")) run["broadcast"] = result["broadcast"];
+        run["phases_s"] = result.value("phases_s", json::object());
+        run["wall_s"] = std::chrono::duration<double>(Clock::now() - run_started).count();
         const double codec_ms = result.value("encode_ms", 0.0) + result.value("decode_ms", 0.0);
         run["encode_ms"] = result.value("encode_ms", 0.0);
         run["decode_ms"] = result.value("decode_ms", 0.0);
@@ -1136,7 +1183,7 @@ void AddBenchCommand(CLI::App& app) {
   p2p->add_option("--scale", args->scale, "netem bandwidth scale (not lan)")->capture_default_str();
   p2p->add_flag("--quick", args->quick,
                 "Preset: lan,ca-hk; small+medium (+big on lan); grpc,grpc-s4,grpc+s3; 3 "
-                "repeats; scale 0.1; 3 s iperf3; dispatch 1,4,16; 2 broadcast peers");
+                "repeats; scale 0.5; 3 s iperf3; dispatch 1,4,16; 2 broadcast peers");
   p2p->add_option("--out", args->out, "Results directory (default results/p2p-<date>)");
   p2p->add_option("--prefix", args->prefix, "netem instance prefix")->capture_default_str();
   p2p->add_option("--link-seconds", args->link_seconds,
