@@ -484,6 +484,7 @@ Status RunReceiver(const PeerSpec& spec, Transport& t) {
 }
 
 int RunPeer(const std::string& spec_text) {
+  const auto t_start = Clock::now();
   PeerSpec spec;
   try {
     spec = FromJson(json::parse(spec_text));
@@ -516,6 +517,12 @@ int RunPeer(const std::string& spec_text) {
   o.connect_timeout = std::chrono::seconds(120);
   auto t = TransportRegistry::Global().Create(spec.transport, o);
   Status s = t.ok() ? (*t)->Start() : t.status();
+  auto log = [&](const std::string& what) {
+    std::fprintf(stderr, "[%8.3f s] %s rank %d: %s\n",
+                 std::chrono::duration<double>(Clock::now() - t_start).count(), spec.role.c_str(),
+                 spec.rank, what.c_str());
+  };
+  log("transport " + spec.transport + " started at " + spec.address + ": " + s.ToString());
   json result;
   if (s.ok()) {
     if (spec.role == "sender") {
@@ -529,7 +536,9 @@ int RunPeer(const std::string& spec_text) {
       s = RunReceiver(spec, **t);
     }
   }
+  log("measurements done: " + s.ToString());
   if (t.ok()) (*t)->Stop();
+  log("transport stopped");
   if (spec.role == "sender") {
     result["ok"] = s.ok();
     result["error"] = s.ok() ? "" : s.ToString();
@@ -549,12 +558,14 @@ int RunPeer(const std::string& spec_text) {
 // Child process groups to kill on a signal or failure.
 std::mutex g_children_mu;
 std::set<pid_t> g_children;
+bool g_stopping = false;  // under g_children_mu: no new peers
 std::atomic<bool> g_netem_up{false};
 std::string g_netem_prefix;
 std::string g_tmpdir;
 
 void KillChildren() {
   std::lock_guard<std::mutex> lock(g_children_mu);
+  g_stopping = true;
   for (pid_t p : g_children) kill(-p, SIGKILL);
 }
 
@@ -606,6 +617,11 @@ Result<pid_t> SpawnPeer(const PeerSpec& spec, const std::string& log) {
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
   pid_t pid = -1;
   std::lock_guard<std::mutex> lock(g_children_mu);
+  if (g_stopping) {
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    return Cancelled("stopping");
+  }
   int rc = posix_spawn(&pid, exe.c_str(), &fa, &attr, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
@@ -905,7 +921,11 @@ int RunP2p(P2pArgs a, const std::vector<std::string>& explicit_flags) {
         const bool dispatch_here =
             tier_name == a.dispatch_tier &&
             std::find(dispatch_envs.begin(), dispatch_envs.end(), env) != dispatch_envs.end();
-        const int conc = a.no_concurrency ? 0 : (tier_name == "large" ? 5 : 10);
+        // --quick measures (b) on small and medium only (big is lan's extra tier).
+        const bool conc_here =
+            !a.no_concurrency &&
+            !(a.quick && !given("--tiers") && tier_name != "small" && tier_name != "medium");
+        const int conc = conc_here ? (tier_name == "large" ? 5 : 10) : 0;
         PeerSpec spec;
         spec.world = 2 + std::max(0, a.broadcast_peers - 1);
         spec.address = server_addr + ":" + std::to_string(FreePort());
@@ -921,7 +941,9 @@ int RunP2p(P2pArgs a, const std::vector<std::string>& explicit_flags) {
         spec.timeout_s = 120 + 4.0 * static_cast<double>(bytes) / (slow_MBps * 1e6);
         spec.result = g_tmpdir + "/result.json";
         fs::remove(spec.result, ec);
-        const std::string log = g_tmpdir + "/peers.log";
+        // The peers' stderr, kept with the results.
+        fs::create_directories(a.out + "/logs", ec);
+        const std::string log = a.out + "/logs/" + env + "-" + tier_name + "-" + bname + ".log";
         fs::remove(log, ec);
         const auto run_started = Clock::now();
         std::vector<pid_t> pids;
@@ -1181,9 +1203,10 @@ void AddBenchCommand(CLI::App& app) {
   p2p->add_option("--repeats", args->repeats, "Timed sends per latency point")
       ->capture_default_str();
   p2p->add_option("--scale", args->scale, "netem bandwidth scale (not lan)")->capture_default_str();
-  p2p->add_flag("--quick", args->quick,
-                "Preset: lan,ca-hk; small+medium (+big on lan); grpc,grpc-s4,grpc+s3; 3 "
-                "repeats; scale 0.5; 3 s iperf3; dispatch 1,4,16; 2 broadcast peers");
+  p2p->add_flag(
+      "--quick", args->quick,
+      "Preset: lan,ca-hk; small+medium (+big on lan, without (b)); grpc,grpc-s4,grpc+s3; 3 "
+      "repeats; scale 0.5; 3 s iperf3; dispatch 1,4,16; 2 broadcast peers");
   p2p->add_option("--out", args->out, "Results directory (default results/p2p-<date>)");
   p2p->add_option("--prefix", args->prefix, "netem instance prefix")->capture_default_str();
   p2p->add_option("--link-seconds", args->link_seconds,
