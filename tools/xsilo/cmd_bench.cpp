@@ -492,6 +492,10 @@ int RunPeer(const std::string& spec_text) {
     std::cerr << "p2p-peer: bad spec: " << e.what() << "\n";
     return 2;
   }
+  if (const char* r = std::getenv("OMPI_COMM_WORLD_RANK")) {  // launched by mpirun
+    spec.rank = std::atoi(r);
+    spec.role = spec.rank == 0 ? "sender" : "receiver";
+  }
   // Enter the site before any thread or socket exists, so that everything
   // this process (and the children it forks) opens belongs to the site.
   if (!spec.site.empty()) {
@@ -597,12 +601,12 @@ void StartSignalWatcher() {
   });
 }
 
-// Starts this binary as `xsilo bench p2p-peer --spec JSON` in its own process
-// group, stderr to `log`. Signals stay unblocked in the child.
-Result<pid_t> SpawnPeer(const PeerSpec& spec, const std::string& log) {
-  std::string exe = "/proc/self/exe", a1 = "bench", a2 = "p2p-peer", a3 = "--spec";
-  std::string a4 = ToJson(spec).dump();
-  char* argv[] = {exe.data(), a1.data(), a2.data(), a3.data(), a4.data(), nullptr};
+// Starts argv[0] (a path) in its own process group, stdout and stderr
+// appended to `log`. Signals stay unblocked in the child.
+Result<pid_t> SpawnArgv(std::vector<std::string> args, const std::string& log) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
@@ -622,12 +626,39 @@ Result<pid_t> SpawnPeer(const PeerSpec& spec, const std::string& log) {
     posix_spawnattr_destroy(&attr);
     return Cancelled("stopping");
   }
-  int rc = posix_spawn(&pid, exe.c_str(), &fa, &attr, argv, environ);
+  int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) return Internal(std::string("posix_spawn: ") + strerror(rc));
   g_children.insert(pid);
   return pid;
+}
+
+std::string SelfExe() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("/proc/self/exe") : p.string();
+}
+
+// This binary as `xsilo bench p2p-peer --spec JSON`.
+Result<pid_t> SpawnPeer(const PeerSpec& spec, const std::string& log) {
+  return SpawnArgv({SelfExe(), "bench", "p2p-peer", "--spec", ToJson(spec).dump()}, log);
+}
+
+// Every rank of an MPI backend under one mpirun (lan: one host, TCP forced).
+// Each rank takes its rank from OMPI_COMM_WORLD_RANK.
+Result<pid_t> SpawnMpiPeers(const PeerSpec& spec, const std::string& log) {
+  return SpawnArgv(
+      {"mpirun", "-np", std::to_string(spec.world), "--oversubscribe", "--allow-run-as-root",
+       "--mca", "btl", "tcp,self", SelfExe(), "bench", "p2p-peer", "--spec", ToJson(spec).dump()},
+      log);
+}
+
+// True once `pid` (our child) exited; does not reap it.
+bool Exited(pid_t pid) {
+  siginfo_t si{};
+  return waitid(P_PID, static_cast<id_t>(pid), &si, WEXITED | WNOHANG | WNOWAIT) != 0 ||
+         si.si_pid != 0;
 }
 
 // Waits for every pid until `deadline`; kills the groups of those left.
@@ -652,6 +683,8 @@ int WaitPeers(const std::vector<pid_t>& pids, Clock::time_point deadline, bool* 
     if (left.empty()) break;
     if (Clock::now() > deadline) {
       *timed_out = true;
+      for (pid_t p : left) kill(-p, SIGTERM);  // mpirun stops its ranks on TERM
+      std::this_thread::sleep_for(std::chrono::seconds(2));
       for (pid_t p : left) kill(-p, SIGKILL);
       for (pid_t p : left) {
         waitpid(p, nullptr, 0);
@@ -899,10 +932,14 @@ int RunP2p(P2pArgs a, const std::vector<std::string>& explicit_flags) {
           std::cout << "  " << std::left << std::setw(12) << bname << std::setw(8) << tier_name
                     << "not run: " << reason << "\n";
         };
-        if (b.needs_mpirun) {
+        if (b.needs_mpirun && !topology->loopback) {
           skip(
-              "needs ranks launched by mpirun (inside the sites: scripts/netns-rsh); "
-              "not wired into bench p2p yet");
+              "MPI ranks inside netem sites need mpirun with scripts/netns-rsh "
+              "(docs/transport-mpi.md); not wired into bench p2p yet (lan only)");
+          continue;
+        }
+        if (b.needs_mpirun && std::system("command -v mpirun >/dev/null 2>&1") != 0) {
+          skip("mpirun (Open MPI) not on PATH");
           continue;
         }
         if (b.loopback_only && !topology->loopback) {
@@ -911,7 +948,9 @@ int RunP2p(P2pArgs a, const std::vector<std::string>& explicit_flags) {
               "in separate sites are unreachable");
           continue;
         }
-        Status viable = TransportRegistry::Global().Viable(b.transport);
+        // MPI's viability is the launcher's; checked above.
+        Status viable =
+            b.needs_mpirun ? Status::OK() : TransportRegistry::Global().Viable(b.transport);
         if (!viable.ok()) {
           skip(viable.ToString());
           continue;
@@ -948,7 +987,16 @@ int RunP2p(P2pArgs a, const std::vector<std::string>& explicit_flags) {
         const auto run_started = Clock::now();
         std::vector<pid_t> pids;
         Status spawn_status;
-        for (int r = 0; r < spec.world && spawn_status.ok(); ++r) {
+        if (b.needs_mpirun) {
+          PeerSpec p = spec;
+          p.role = "sender";  // each rank takes its own from OMPI_COMM_WORLD_RANK
+          auto pid = SpawnMpiPeers(p, log);
+          if (pid.ok())
+            pids.push_back(*pid);
+          else
+            spawn_status = pid.status();
+        }
+        for (int r = 0; r < spec.world && spawn_status.ok() && !b.needs_mpirun; ++r) {
           PeerSpec p = spec;
           p.rank = r;
           p.role = r == 0 ? "sender" : "receiver";
@@ -965,8 +1013,7 @@ int RunP2p(P2pArgs a, const std::vector<std::string>& explicit_flags) {
             // minute) into the measurement's setup.
             const int port = std::stoi(spec.address.substr(spec.address.rfind(':') + 1));
             const auto until = Clock::now() + std::chrono::seconds(60);
-            while (!Listening(*pid, port) && Clock::now() < until &&
-                   waitpid(*pid, nullptr, WNOHANG) == 0)
+            while (!Listening(*pid, port) && Clock::now() < until && !Exited(*pid))
               std::this_thread::sleep_for(std::chrono::milliseconds(20));
           }
         }
