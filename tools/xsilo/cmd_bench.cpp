@@ -771,7 +771,7 @@ int RunP2p(P2pArgs a, const std::vector<std::string>& explicit_flags) {
     if (!given("--link-seconds")) a.link_seconds = 3;
     if (!given("--broadcast-peers")) a.broadcast_peers = 2;
     if (!given("--dispatch")) a.dispatch = "1,4,16";
-    if (!given("--backends")) a.backends = "grpc,grpc-s4,grpc+s3";
+    if (!given("--backends")) a.backends = "grpc,grpc+s3";
   }
   const auto envs = SplitList(a.envs);
   const auto backend_names = SplitList(a.backends);
@@ -1024,6 +1024,14 @@ int RunP2p(P2pArgs a, const std::vector<std::string>& explicit_flags) {
             300 + 4.0 * messages * static_cast<double>(bytes) / (slow_MBps * 1e6);
         bool timed_out = false;
         int failed = WaitPeers(pids, Clock::now() + Seconds(budget_s), &timed_out);
+        {
+          std::unique_lock<std::mutex> lock(g_children_mu);
+          // A signal arrived: the watcher thread cleans up and exits.
+          if (g_stopping) {
+            lock.unlock();
+            for (;;) pause();
+          }
+        }
         json run = {{"env", env},
                     {"tier", tier_name},
                     {"backend", bname},
@@ -1250,10 +1258,9 @@ void AddBenchCommand(CLI::App& app) {
   p2p->add_option("--repeats", args->repeats, "Timed sends per latency point")
       ->capture_default_str();
   p2p->add_option("--scale", args->scale, "netem bandwidth scale (not lan)")->capture_default_str();
-  p2p->add_flag(
-      "--quick", args->quick,
-      "Preset: lan,ca-hk; small+medium (+big on lan, without (b)); grpc,grpc-s4,grpc+s3; 3 "
-      "repeats; scale 0.5; 3 s iperf3; dispatch 1,4,16; 2 broadcast peers");
+  p2p->add_flag("--quick", args->quick,
+                "Preset: lan,ca-hk; small+medium (+big on lan, without (b)); grpc,grpc+s3; 3 "
+                "repeats; scale 0.5; 3 s iperf3; dispatch 1,4,16; 2 broadcast peers");
   p2p->add_option("--out", args->out, "Results directory (default results/p2p-<date>)");
   p2p->add_option("--prefix", args->prefix, "netem instance prefix")->capture_default_str();
   p2p->add_option("--link-seconds", args->link_seconds,
