@@ -766,7 +766,7 @@ int RunP2p(P2pArgs a, const std::vector<std::string>& explicit_flags) {
   };
   if (a.quick) {
     if (!given("--envs")) a.envs = "lan,ca-hk";
-    if (!given("--repeats")) a.repeats = 3;
+    if (!given("--repeats")) a.repeats = 2;
     if (!given("--scale")) a.scale = 0.5;
     if (!given("--link-seconds")) a.link_seconds = 3;
     if (!given("--broadcast-peers")) a.broadcast_peers = 2;
@@ -960,10 +960,8 @@ int RunP2p(P2pArgs a, const std::vector<std::string>& explicit_flags) {
         const bool dispatch_here =
             tier_name == a.dispatch_tier &&
             std::find(dispatch_envs.begin(), dispatch_envs.end(), env) != dispatch_envs.end();
-        // --quick measures (b) on small and medium only (big is lan's extra tier).
-        const bool conc_here =
-            !a.no_concurrency &&
-            !(a.quick && !given("--tiers") && tier_name != "small" && tier_name != "medium");
+        // --quick measures (b) on the small tier only.
+        const bool conc_here = !a.no_concurrency && !(a.quick && tier_name != "small");
         const int conc = conc_here ? (tier_name == "large" ? 5 : 10) : 0;
         PeerSpec spec;
         spec.world = 2 + std::max(0, a.broadcast_peers - 1);
@@ -1259,7 +1257,7 @@ void AddBenchCommand(CLI::App& app) {
       ->capture_default_str();
   p2p->add_option("--scale", args->scale, "netem bandwidth scale (not lan)")->capture_default_str();
   p2p->add_flag("--quick", args->quick,
-                "Preset: lan,ca-hk; small+medium (+big on lan, without (b)); grpc,grpc+s3; 3 "
+                "Preset: lan,ca-hk; small+medium (+big on lan); (b) on small only; grpc,grpc+s3; 2 "
                 "repeats; scale 0.5; 3 s iperf3; dispatch 1,4,16; 2 broadcast peers");
   p2p->add_option("--out", args->out, "Results directory (default results/p2p-<date>)");
   p2p->add_option("--prefix", args->prefix, "netem instance prefix")->capture_default_str();
