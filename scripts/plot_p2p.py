@@ -128,7 +128,9 @@ def main():
                 ns = [d["n"] for d in r["dispatch"]]
                 ax.plot(ns, [d["peak_bytes"] / 1e6 for d in r["dispatch"]], marker="o",
                         label=r["backend"])
-            ax.axhline(runs[0]["bytes"] / 1e6, color="gray", linestyle=":", label="model size")
+            tier_bytes = next(r["bytes"] for r in runs if r["tier"] == tier)
+            ax.axhline(tier_bytes / 1e6, color="gray", linestyle=":", label="model size")
+            ax.set_ylim(bottom=0)
             ax.set_xlabel("concurrent dispatches")
             ax.set_ylabel("sender peak RSS, MB (VmHWM)")
             ax.set_title(f"Figure 2: sender memory, {tier} tier ({sub})")
