@@ -735,6 +735,8 @@ struct P2pArgs {
   std::string dispatch_tier = "medium";
   std::string dispatch_envs = "lan";
   bool no_concurrency = false;
+  // NAME:KEY=VALUE, added to backend NAME's options.
+  std::vector<std::string> backend_options;
 };
 
 struct LinkRef {
@@ -778,6 +780,17 @@ int RunP2p(P2pArgs a, const std::vector<std::string>& explicit_flags) {
   const auto dispatch_envs = SplitList(a.dispatch_envs);
   std::vector<int> dispatch_points;
   for (const auto& d : SplitList(a.dispatch)) dispatch_points.push_back(std::stoi(d));
+  std::map<std::string, std::map<std::string, std::string>> extra_options;
+  for (const auto& o : a.backend_options) {
+    const auto colon = o.find(':'), eq = o.find('=');
+    if (colon == std::string::npos || eq == std::string::npos || eq < colon ||
+        !FindBackend(o.substr(0, colon))) {
+      std::cerr << "xsilo bench p2p: --backend-option '" << o
+                << "': expected NAME:KEY=VALUE with a known backend NAME\n";
+      return 2;
+    }
+    extra_options[o.substr(0, colon)][o.substr(colon + 1, eq - colon - 1)] = o.substr(eq + 1);
+  }
   for (const auto& b : backend_names) {
     if (!FindBackend(b)) {
       std::cerr << "xsilo bench p2p: unknown backend '" << b << "' (known: " << kDefaultBackends
@@ -821,6 +834,7 @@ int RunP2p(P2pArgs a, const std::vector<std::string>& explicit_flags) {
                       {"dispatch_points", dispatch_points},
                       {"dispatch_tier", a.dispatch_tier},
                       {"dispatch_envs", dispatch_envs},
+                      {"backend_options", a.backend_options},
                       {"started_utc", Today()}};
   report["links"] = json::array();
   report["runs"] = json::array();
@@ -968,6 +982,7 @@ int RunP2p(P2pArgs a, const std::vector<std::string>& explicit_flags) {
         spec.address = server_addr + ":" + std::to_string(FreePort());
         spec.transport = b.transport;
         spec.options = b.options;
+        for (const auto& [k, v] : extra_options[bname]) spec.options[k] = v;
         spec.prefix = topology->loopback ? "" : a.prefix;
         spec.parameters = tier->parameters;
         spec.repeats = a.repeats;
@@ -1034,7 +1049,7 @@ int RunP2p(P2pArgs a, const std::vector<std::string>& explicit_flags) {
                     {"tier", tier_name},
                     {"backend", bname},
                     {"transport", b.transport},
-                    {"options", b.options},
+                    {"options", spec.options},
                     {"bytes", bytes},
                     {"parameters", tier->parameters}};
         json result;
@@ -1274,6 +1289,9 @@ void AddBenchCommand(CLI::App& app) {
   p2p->add_option("--dispatch-envs", args->dispatch_envs, "Environments of Figure 2")
       ->capture_default_str();
   p2p->add_flag("--no-concurrency", args->no_concurrency, "Skip the 10-send speedup (b)");
+  p2p->add_option("--backend-option", args->backend_options,
+                  "NAME:KEY=VALUE added to a backend's options, e.g. grpc+s3:connections=32 "
+                  "(repeatable)");
   p2p->callback([args, p2p] {
     std::vector<std::string> given;
     for (const auto* opt : p2p->get_options())
