@@ -31,6 +31,8 @@ PACKAGES=(
   libeigen3-dev
   # s3rver (npm package, package.json), the S3 server our client is tested against
   nodejs
+  # `xsilo bench plot` (scripts/plot_p2p.py)
+  python3-matplotlib
 )
 # Debian's npm, unless an npm is already there (NodeSource's nodejs bundles
 # one and conflicts with Debian's npm package).

@@ -13,5 +13,6 @@ void AddRunCommand(CLI::App& app);
 void AddS3dCommand(CLI::App& app);
 void AddNetemCommand(CLI::App& app);
 void AddFlCommand(CLI::App& app);
+void AddBenchCommand(CLI::App& app);
 
 }  // namespace xsilo::cli

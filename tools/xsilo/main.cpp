@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   xsilo::cli::AddS3dCommand(app);
   xsilo::cli::AddNetemCommand(app);
   xsilo::cli::AddFlCommand(app);
+  xsilo::cli::AddBenchCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

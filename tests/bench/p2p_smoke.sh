@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs a tiny `xsilo bench p2p` on lan and checks that the JSON and CSV
+# files hold the expected rows (one per backend, latency samples, the
+# Figure 2 points, the link reference). mpi-buffer runs under mpirun when
+# Open MPI is installed and is listed as not run otherwise.
+set -euo pipefail
+XSILO="$1"
+OUT="$(mktemp -d /tmp/xsilo-bench-test-XXXXXX)"
+trap 'rm -rf "$OUT"' EXIT
+
+"$XSILO" bench p2p --envs lan --tiers small --backends grpc,grpc+s3,mpi-buffer \
+  --repeats 2 --link-seconds 1 --broadcast-peers 2 --dispatch 1,3 --dispatch-tier small \
+  --out "$OUT"
+
+MPI=0
+if command -v mpirun >/dev/null 2>&1; then MPI=1; fi
+python3 - "$OUT" "$MPI" <<'PY'
+import csv, json, os, sys
+d = sys.argv[1]
+mpi = sys.argv[2] == "1"
+r = json.load(open(os.path.join(d, "p2p.json")))
+runs = r["runs"]
+expected = ["grpc", "grpc+s3"] + (["mpi-buffer"] if mpi else [])
+assert [x["backend"] for x in runs] == expected, runs
+for x in runs:
+    assert "error" not in x, x
+    assert x["env"] == "lan" and x["tier"] == "small" and x["bytes"] == 591322 * 4
+    assert len(x["latency_ms"]) == 2 and all(v > 0 for v in x["latency_ms"])
+    assert x["latency_p95_ms"] >= x["latency_median_ms"] > 0
+    assert x["concurrency"]["n"] == 10 and x["concurrency"]["speedup"] > 0
+    assert [p["n"] for p in x["dispatch"]] == [1, 3]
+    assert all(p["peak_bytes"] >= x["bytes"] for p in x["dispatch"])
+    assert x["broadcast"]["peers"] == 2 and x["broadcast"]["peak_bytes"] > 0
+    assert 0 <= x["serialization_share"] <= 1
+    assert x["floor_ms"] > 0
+assert [n["backend"] for n in r["not_run"]] == ([] if mpi else ["mpi-buffer"]), r["not_run"]
+assert len(r["links"]) == 1 and r["links"][0]["measured"] and r["links"][0]["single_MBps"] > 0
+rows = list(csv.DictReader(open(os.path.join(d, "p2p.csv"))))
+assert [(x["env"], x["tier"], x["backend"]) for x in rows] == [
+    ("lan", "small", b) for b in expected], rows
+assert all(float(x["latency_median_ms"]) > 0 and x["error"] == "" for x in rows)
+rows = list(csv.DictReader(open(os.path.join(d, "dispatch.csv"))))
+assert [(x["backend"], x["n"]) for x in rows] == [(b, n) for b in expected for n in ("1", "3")], rows
+rows = list(csv.DictReader(open(os.path.join(d, "links.csv"))))
+assert [x["env"] for x in rows] == ["lan"]
+print("bench_p2p_smoke: ok")
+PY
+# Unknown backends are refused before anything runs.
+if "$XSILO" bench p2p --envs lan --backends nope --out "$OUT/x" 2>/dev/null; then
+  echo "unknown backend accepted" >&2
+  exit 1
+fi
