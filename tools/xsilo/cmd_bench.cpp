@@ -1227,9 +1227,12 @@ int RunPlot(const std::string& dir) {
   std::string script;
   if (const char* s = std::getenv("XSILO_PLOT_SCRIPT")) script = s;
   std::error_code ec;
+  // e2e results (e2e.json) get Figure 5; p2p results Figures 2 and 4.
+  const std::string name =
+      fs::exists(fs::path(dir) / "e2e.json", ec) ? "plot_e2e.py" : "plot_p2p.py";
   const std::vector<std::string> candidates = {
-      script, std::string(XSILO_SOURCE_DIR) + "/scripts/plot_p2p.py",
-      (fs::read_symlink("/proc/self/exe", ec).parent_path() / "plot_p2p.py").string()};
+      script, std::string(XSILO_SOURCE_DIR) + "/scripts/" + name,
+      (fs::read_symlink("/proc/self/exe", ec).parent_path() / name).string()};
   script.clear();
   for (const auto& c : candidates) {
     if (!c.empty() && fs::exists(c, ec)) {
@@ -1306,6 +1309,7 @@ void AddBenchCommand(CLI::App& app) {
   peer->callback([spec] { std::exit(RunPeer(*spec)); });
 
   auto dir = std::make_shared<std::string>();
+  AddBenchE2eCommand(bench);
   auto* plot = bench->add_subcommand("plot", "Render Figures 2 and 4 (PNG) from a results dir");
   plot->add_option("--in", *dir, "Results directory of `xsilo bench p2p`")->required();
   plot->callback([dir] { std::exit(RunPlot(*dir)); });

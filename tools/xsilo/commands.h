@@ -14,5 +14,6 @@ void AddS3dCommand(CLI::App& app);
 void AddNetemCommand(CLI::App& app);
 void AddFlCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);
+void AddBenchE2eCommand(CLI::App* bench);  // under `xsilo bench`
 
 }  // namespace xsilo::cli

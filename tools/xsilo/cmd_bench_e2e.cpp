@@ -1,0 +1,466 @@
+// `xsilo bench e2e`: FedAvg end to end, the paper's Figure 5.
+//
+// For each backend and tier: 1 server and N clients (default 7), each its
+// own `xsilo fl server` / `xsilo fl client` process, run a whole FedAvg job
+// (the built-in MLP on Synthetic(alpha, beta), one local epoch per round by
+// default). On `lan` every party is on loopback; on an emulated environment
+// (geo-proximal, geo-distributed, ca-va, ca-hk) the server runs in the
+// emulator's `server` site and client k in site `client<k>` (for
+// geo-distributed, the 7 regions of the profile), so every model and update
+// crosses that client's emulated link. The server's job report gives the
+// per-state seconds of every party (train, aggregate, communication,
+// serialization, wait, migration), which this command tabulates, writes as
+// JSON and CSV, and `xsilo bench plot --in DIR` draws as stacked bars.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "commands.h"
+#include "xsilo/netem/netem.h"
+
+namespace xsilo::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+struct E2eBackend {
+  std::string name, transport;
+  std::map<std::string, std::string> options;
+};
+
+// Backends `fl server` / `fl client` can run as independent processes (the
+// MPI transports need mpirun to launch their ranks: not part of this run).
+const std::vector<E2eBackend>& E2eBackends() {
+  static const std::vector<E2eBackend> kAll = {
+      {"grpc", "grpc", {}},  // streams=1: the paper's baseline
+      {"grpc-s4", "grpc", {{"streams", "4"}}},
+      {"grpc-unary", "grpc", {{"mode", "unary"}}},
+      {"grpc+s3", "grpc+s3", {}},  // embedded S3 server in the server's process tree
+      {"tensorpipe", "tensorpipe", {}},
+  };
+  return kAll;
+}
+
+struct E2eArgs {
+  std::string env = "lan";
+  std::string backends = "grpc,grpc+s3";
+  std::string tiers = "small,medium";
+  int clients = 7;
+  int rounds = 2;
+  uint64_t local_epochs = 1;
+  uint64_t local_steps = 0;
+  double scale = 1.0;
+  double timeout_s = 3600;
+  std::string out;
+  std::string prefix = "xsilo-e2e";
+};
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::string Quote(const std::string& s) {
+  std::string q = "\"";
+  for (char c : s) q += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+  return q + "\"";
+}
+
+// Starts `argv` as a child process, inside netem site `site` unless the
+// state is loopback, with stdout and stderr appended to `log`.
+pid_t Spawn(const std::vector<std::string>& argv, const netem::State* state, int site,
+            const std::string& log) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  // Child: only async-signal-safe work until exec, plus the namespace switch.
+  int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    dup2(fd, 1);
+    dup2(fd, 2);
+  }
+  int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null >= 0) dup2(null, 0);
+  setpgid(0, 0);
+  if (state != nullptr && !state->topology.loopback) {
+    if (!netem::EnterSite(*state, site).ok()) _exit(126);
+  }
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execv(args[0], args.data());
+  _exit(127);
+}
+
+// Waits for every pid until `deadline`; kills what is left. True when all
+// exited with status 0.
+bool WaitAll(const std::vector<pid_t>& pids, Clock::time_point deadline, std::string* why) {
+  bool ok = true;
+  std::vector<bool> done(pids.size(), false);
+  size_t left = pids.size();
+  while (left > 0 && Clock::now() < deadline) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (done[i]) continue;
+      int st = 0;
+      pid_t r = waitpid(pids[i], &st, WNOHANG);
+      if (r == pids[i] || r < 0) {
+        done[i] = true;
+        --left;
+        if (r < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+          ok = false;
+          *why += (i == 0 ? "server" : "client " + std::to_string(i)) + " exited with status " +
+                  std::to_string(st) + "; ";
+        }
+      }
+    }
+    if (left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (size_t i = 0; i < pids.size(); ++i) {
+    if (done[i]) continue;
+    kill(-pids[i], SIGKILL);
+    kill(pids[i], SIGKILL);
+    waitpid(pids[i], nullptr, 0);
+    ok = false;
+    *why += (i == 0 ? "server" : "client " + std::to_string(i)) + " timed out; ";
+  }
+  return ok;
+}
+
+int FreeLoopbackPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+std::string SelfExe() {
+  std::error_code ec;
+  return fs::read_symlink("/proc/self/exe", ec).string();
+}
+
+std::string Fixed(double v, int digits) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+
+std::string DefaultOut(const std::string& env) {
+  std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y%m%d-%H%M%S", std::gmtime(&now));
+  return "results/e2e-" + env + "-" + date;
+}
+
+struct RunResult {
+  bool ok = false;
+  std::string error;
+  double wall_s = 0;    // spawn of the server to its exit
+  double rounds_s = 0;  // sum of the server's round times
+  json report;          // the server's job report
+};
+
+RunResult RunOne(const E2eArgs& a, const E2eBackend& b, const std::string& tier,
+                 const netem::State& state, const fs::path& dir, int port) {
+  RunResult res;
+  fs::create_directories(dir);
+  const std::string server_ip = state.topology.loopback ? "127.0.0.1" : state.sites[0].address;
+  const fs::path job = dir / "job.toml";
+  {
+    std::ofstream t(job);
+    t << "# written by xsilo bench e2e\n[transport]\n"
+      << "name = " << Quote(b.transport) << "\n"
+      << "address = " << Quote(server_ip + ":" + std::to_string(port)) << "\n"
+      << "world_size = " << a.clients + 1 << "\n"
+      << "connect_timeout_s = 300\n";
+    if (!b.options.empty()) {
+      t << "\n[backend]\n";
+      for (const auto& [k, v] : b.options) t << k << " = " << Quote(v) << "\n";
+    }
+    t << "\n[fl]\ntier = " << Quote(tier) << "\nrounds = " << a.rounds << "\n";
+    if (a.local_steps > 0)
+      t << "local_steps = " << a.local_steps << "\n";
+    else
+      t << "local_epochs = " << a.local_epochs << "\n";
+    t << "quorum = " << Quote(std::to_string(a.clients)) << "\n"
+      << "round_deadline_s = " << static_cast<int64_t>(a.timeout_s) << "\n"
+      << "send_timeout_s = " << static_cast<int64_t>(a.timeout_s) << "\n"
+      << "idle_timeout_s = " << static_cast<int64_t>(a.timeout_s) << "\n";
+  }
+  const std::string exe = SelfExe();
+  const fs::path report = dir / "server.json";
+  std::error_code ec;
+  fs::remove(report, ec);
+  const auto t0 = Clock::now();
+  std::vector<pid_t> pids;
+  pids.push_back(
+      Spawn({exe, "fl", "server", "--config", job.string(), "--json", report.string(), "--quiet"},
+            &state, 0, (dir / "server.log").string()));
+  for (int r = 1; r <= a.clients; ++r) {
+    const int site =
+        state.topology.loopback ? 0 : 1 + (r - 1) % static_cast<int>(state.sites.size() - 1);
+    pids.push_back(Spawn(
+        {exe, "fl", "client", "--config", job.string(), "--rank", std::to_string(r), "--quiet"},
+        &state, site, (dir / ("client" + std::to_string(r) + ".log")).string()));
+  }
+  const auto deadline = t0 + std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1000));
+  res.ok = WaitAll(pids, deadline, &res.error);
+  res.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::ifstream in(report);
+  if (in) {
+    try {
+      in >> res.report;
+    } catch (const std::exception& e) {
+      res.ok = false;
+      res.error += std::string("unreadable report: ") + e.what();
+    }
+  } else {
+    res.ok = false;
+    res.error += "no report from the server (see " + (dir / "server.log").string() + ")";
+  }
+  if (res.report.contains("rounds")) {
+    for (const auto& r : res.report["rounds"]) res.rounds_s += r.value("seconds", 0.0);
+  }
+  return res;
+}
+
+// Per-state seconds of the server and the mean over clients, from a report.
+void StateSummary(const json& report, json* server, json* clients_mean) {
+  *server = json::object();
+  *clients_mean = json::object();
+  if (!report.contains("state_seconds")) return;
+  const auto& ss = report["state_seconds"];
+  int n = 0;
+  for (const auto& p : ss["parties"]) {
+    if (p.value("rank", -1) == 0) {
+      *server = p["seconds"];
+      (*server)["total"] = p.value("total", 0.0);
+      continue;
+    }
+    ++n;
+    for (const auto& [k, v] : p["seconds"].items())
+      (*clients_mean)[k] = clients_mean->value(k, 0.0) + v.get<double>();
+    (*clients_mean)["total"] = clients_mean->value("total", 0.0) + p.value("total", 0.0);
+  }
+  if (n > 0) {
+    for (auto& [k, v] : clients_mean->items()) v = v.get<double>() / n;
+  }
+}
+
+int RunE2e(const E2eArgs& a) {
+  std::vector<E2eBackend> backends;
+  for (const auto& name : Split(a.backends)) {
+    bool found = false;
+    for (const auto& b : E2eBackends()) {
+      if (b.name == name) {
+        backends.push_back(b);
+        found = true;
+      }
+    }
+    if (!found) {
+      std::cerr << "xsilo bench e2e: unknown backend '" << name << "' (known:";
+      for (const auto& b : E2eBackends()) std::cerr << " " << b.name;
+      std::cerr << ")\n";
+      return 2;
+    }
+  }
+  const auto tiers = Split(a.tiers);
+  if (backends.empty() || tiers.empty() || a.clients < 1 || a.rounds < 1) {
+    std::cerr << "xsilo bench e2e: need backends, tiers, clients >= 1 and rounds >= 1\n";
+    return 2;
+  }
+  auto topology = netem::LoadTopology(a.env, a.env == "lan" ? 1.0 : a.scale);
+  if (!topology.ok()) {
+    std::cerr << "xsilo bench e2e: " << topology.status().ToString() << "\n";
+    return 2;
+  }
+  const fs::path out = a.out.empty() ? DefaultOut(a.env) : a.out;
+  fs::create_directories(out);
+
+  netem::Options nopt;
+  nopt.prefix = a.prefix;
+  netem::State state;
+  state.topology = *topology;
+  bool up = false;
+  if (!topology->loopback) {
+    (void)netem::Down(nopt);  // leftovers of a crashed run
+    Status s = netem::Up(*topology, nopt);
+    if (!s.ok()) {
+      std::cerr << "xsilo bench e2e: netem up " << a.env << ": " << s.ToString() << "\n";
+      (void)netem::Down(nopt);
+      return 1;
+    }
+    up = true;
+    auto st = netem::LoadState(nopt);
+    if (!st.ok()) {
+      std::cerr << "xsilo bench e2e: " << st.status().ToString() << "\n";
+      (void)netem::Down(nopt);
+      return 1;
+    }
+    state = *st;
+    std::cout << "netem: " << a.env << " up at scale " << a.scale << ", " << state.sites.size() - 1
+              << " client sites\n";
+  }
+
+  json results;
+  results["benchmark"] = "e2e";
+  results["env"] = a.env;
+  results["scale"] = topology->loopback ? 1.0 : a.scale;
+  results["clients"] = a.clients;
+  results["rounds"] = a.rounds;
+  results["local_work"] =
+      a.local_steps > 0 ? json{{"steps", a.local_steps}} : json{{"epochs", a.local_epochs}};
+  results["runs"] = json::array();
+  std::ofstream csv(out / "e2e.csv");
+  csv << "env,backend,tier,ok,wall_s,rounds_s,party,train,aggregate,communication,"
+         "serialization,wait,migration,total,final_loss,final_accuracy\n";
+  int failures = 0, port = 41000;
+  const auto started = Clock::now();
+  for (const auto& tier : tiers) {
+    for (const auto& b : backends) {
+      std::cout << "[" << Fixed(std::chrono::duration<double>(Clock::now() - started).count(), 0)
+                << " s] " << a.env << " " << b.name << " " << tier << ": 1 server + " << a.clients
+                << " clients, " << a.rounds << " rounds ...\n"
+                << std::flush;
+      const fs::path dir = out / (b.name + "-" + tier);
+      const int use_port = topology->loopback ? FreeLoopbackPort() : port;
+      RunResult r = RunOne(a, b, tier, state, dir, use_port);
+      port += 10;  // a fresh port per run: no TIME_WAIT surprises
+      json server, clients;
+      StateSummary(r.report, &server, &clients);
+      json row = {{"backend", b.name},
+                  {"transport", b.transport},
+                  {"options", b.options},
+                  {"tier", tier},
+                  {"ok", r.ok},
+                  {"wall_s", r.wall_s},
+                  {"rounds_s", r.rounds_s},
+                  {"server", server},
+                  {"clients_mean", clients}};
+      if (r.report.contains("final")) row["final"] = r.report["final"];
+      if (r.report.contains("model")) row["model"] = r.report["model"];
+      if (!r.ok) row["error"] = r.error;
+      results["runs"].push_back(row);
+      if (!r.ok) {
+        ++failures;
+        std::cout << "  FAILED: " << r.error << "\n";
+      } else {
+        std::cout << "  job " << Fixed(r.rounds_s, 2) << " s over " << a.rounds << " rounds (wall "
+                  << Fixed(r.wall_s, 2) << " s); server comm "
+                  << Fixed(server.value("communication", 0.0), 2) << " s, clients' mean train "
+                  << Fixed(clients.value("train", 0.0), 2) << " s\n";
+      }
+      auto final_loss = r.report.contains("final") && r.report["final"]["loss"].is_number()
+                            ? Fixed(r.report["final"]["loss"].get<double>(), 4)
+                            : "";
+      auto final_acc = r.report.contains("final") && r.report["final"]["accuracy"].is_number()
+                           ? Fixed(r.report["final"]["accuracy"].get<double>(), 4)
+                           : "";
+      for (const auto& [party, s] :
+           {std::pair<std::string, json>{"server", server}, {"clients_mean", clients}}) {
+        csv << a.env << "," << b.name << "," << tier << "," << (r.ok ? 1 : 0) << ","
+            << Fixed(r.wall_s, 3) << "," << Fixed(r.rounds_s, 3) << "," << party;
+        for (const char* k :
+             {"train", "aggregate", "communication", "serialization", "wait", "migration", "total"})
+          csv << "," << Fixed(s.value(k, 0.0), 3);
+        csv << "," << final_loss << "," << final_acc << "\n";
+      }
+    }
+  }
+  if (up) (void)netem::Down(nopt);
+  std::ofstream(out / "e2e.json") << results.dump(2) << "\n";
+
+  // Table, and the ratios against grpc (streams=1) per tier.
+  std::printf("\n%-10s %-8s %4s %9s %9s %9s %9s %9s %9s\n", "backend", "tier", "ok", "job_s",
+              "srv_comm", "srv_wait", "cl_train", "cl_comm", "cl_wait");
+  std::map<std::string, double> baseline;
+  for (const auto& r : results["runs"]) {
+    if (r["backend"] == "grpc" && r["ok"].get<bool>())
+      baseline[r["tier"].get<std::string>()] = r["rounds_s"].get<double>();
+  }
+  for (const auto& r : results["runs"]) {
+    const auto& s = r["server"];
+    const auto& c = r["clients_mean"];
+    std::printf("%-10s %-8s %4s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f",
+                r["backend"].get<std::string>().c_str(), r["tier"].get<std::string>().c_str(),
+                r["ok"].get<bool>() ? "yes" : "NO", r["rounds_s"].get<double>(),
+                s.value("communication", 0.0), s.value("wait", 0.0), c.value("train", 0.0),
+                c.value("communication", 0.0), c.value("wait", 0.0));
+    auto it = baseline.find(r["tier"].get<std::string>());
+    if (it != baseline.end() && r["ok"].get<bool>() && r["rounds_s"].get<double>() > 0)
+      std::printf("   %.2fx vs grpc", it->second / r["rounds_s"].get<double>());
+    std::printf("\n");
+  }
+  std::printf(
+      "job_s: sum of the server's round times; srv_/cl_: seconds in that state\n"
+      "(server; mean over clients). Results: %s/e2e.{json,csv}; figure: xsilo bench "
+      "plot --in %s\n",
+      out.c_str(), out.c_str());
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+void AddBenchE2eCommand(CLI::App* bench) {
+  auto a = std::make_shared<E2eArgs>();
+  auto* e2e = bench->add_subcommand(
+      "e2e", "FedAvg end to end (Figure 5): 1 server + N client processes per backend and tier");
+  e2e->add_option("--env", a->env,
+                  "lan (loopback) or an emulated environment: geo-proximal, geo-distributed, "
+                  "ca-va, ca-hk (needs root)")
+      ->capture_default_str();
+  e2e->add_option("--backends", a->backends,
+                  "comma list: grpc, grpc-s4, grpc-unary, grpc+s3, "
+                  "tensorpipe")
+      ->capture_default_str();
+  e2e->add_option("--tiers", a->tiers, "comma list of small, medium, big, large")
+      ->capture_default_str();
+  e2e->add_option("--clients", a->clients, "clients (one per client site when emulated)")
+      ->capture_default_str();
+  e2e->add_option("--rounds", a->rounds, "FedAvg rounds per job")->capture_default_str();
+  e2e->add_option("--local-epochs", a->local_epochs, "local epochs per round")
+      ->capture_default_str();
+  e2e->add_option("--local-steps", a->local_steps, "local SGD steps per round (overrides epochs)")
+      ->capture_default_str();
+  e2e->add_option("--scale", a->scale, "bandwidth scale of the emulated links")
+      ->capture_default_str();
+  e2e->add_option("--timeout", a->timeout_s, "seconds one job may take")->capture_default_str();
+  e2e->add_option("--out", a->out, "results directory (default results/e2e-<env>-<time>)");
+  e2e->add_option("--prefix", a->prefix, "netem instance name")->capture_default_str();
+  e2e->callback([a] { std::exit(RunE2e(*a)); });
+}
+
+}  // namespace xsilo::cli
