@@ -59,10 +59,8 @@ namespace fs = std::filesystem;
 // Backends. One row per name accepted by --backends. `transport` is the
 // TransportRegistry name, `options` its TransportOptions::backend.
 //
-// TensorPipe hook: once the tensorpipe transport registers itself (branch
-// tensorpipe), add a row {"tensorpipe", "tensorpipe", {}, true, false, ""}
-// here and to kDefaultBackends; nothing else in the benchmark is
-// backend-specific.
+// A new backend is one row here (and in kDefaultBackends); nothing else in
+// the benchmark is backend-specific.
 struct BackendSpec {
   std::string name;
   std::string transport;
@@ -88,10 +86,12 @@ const std::vector<BackendSpec>& Backends() {
       {"grpc+s3", "grpc+s3", {}, false, false, false},
       {"mpi-generic", "mpi-generic", {}, true, true, false},
       {"mpi-buffer", "mpi-buffer", {}, false, true, false},
+      // uv transport (TCP) and the basic channel, as PyTorch RPC between hosts.
+      {"tensorpipe", "tensorpipe", {}, false, false, false},
   };
   return kBackends;
 }
-const char* kDefaultBackends = "grpc,grpc-s4,grpc-unary,grpc+s3,mpi-generic,mpi-buffer";
+const char* kDefaultBackends = "grpc,grpc-s4,grpc-unary,grpc+s3,mpi-generic,mpi-buffer,tensorpipe";
 
 const BackendSpec* FindBackend(const std::string& name) {
   for (const auto& b : Backends())
