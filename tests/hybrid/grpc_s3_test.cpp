@@ -245,14 +245,22 @@ void ExchangeOverGrpc(const std::map<std::string, std::string>& options) {
     }
     EXPECT_EQ(from.size(), size_t{kClients});
   }
+  // Every client answers "bye" with "done" and leaves. The "done" proves the
+  // "bye" arrived; the broadcast's own status is not asserted: with several
+  // streams the client's delivery confirmation for "bye" and its "done" go
+  // on different connections, and a client that stops at once can cut the
+  // confirmation off (the send then reports "not confirmed", which is true).
   Message bye;
   bye.type = "bye";
-  Status said = (*server)->Broadcast(peers, bye, 60s);
-  EXPECT_TRUE(said.ok()) << said.ToString();
+  (void)(*server)->Broadcast(peers, bye, 60s);
+  std::set<int32_t> done_from;
   for (int n = 0; n < kClients; ++n) {
     auto done = (*server)->Receive(60s);
     ASSERT_TRUE(done.ok()) << done.status().ToString();
+    EXPECT_EQ(done->type, "done");
+    done_from.insert(done->sender);
   }
+  EXPECT_EQ(done_from.size(), size_t{kClients});
   for (pid_t pid : clients) {
     int st = 0;
     ASSERT_EQ(waitpid(pid, &st, 0), pid);
