@@ -22,4 +22,9 @@ Result<std::unique_ptr<Connector>> MakeMultiConnector(const ConnectorOptions& op
 Status CheckConnectorOptions(const std::string& type, const ConnectorOptions& options,
                              std::initializer_list<const char*> known);
 
+// Option `key` as an integer in [min, max], or `fallback` when absent;
+// InvalidArgument naming the connector type and the range otherwise.
+Result<int64_t> ConnectorIntOption(const std::string& type, const ConnectorOptions& options,
+                                   const char* key, int64_t fallback, int64_t min, int64_t max);
+
 }  // namespace xsilo

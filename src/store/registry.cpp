@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <charconv>
 #include <functional>
 #include <utility>
 #include <vector>
@@ -13,11 +14,8 @@ using Factory = std::function<Result<std::unique_ptr<Connector>>(const Connector
 
 const std::vector<std::pair<std::string, Factory>>& Factories() {
   static const std::vector<std::pair<std::string, Factory>> factories = {
-      {"memory", MakeMemoryConnector},
-      {"file", MakeFileConnector},
-      {"redis", MakeRedisConnector},
-      {"s3", MakeS3Connector},
-      {"multi", MakeMultiConnector},
+      {"memory", MakeMemoryConnector}, {"file", MakeFileConnector},   {"redis", MakeRedisConnector},
+      {"s3", MakeS3Connector},         {"multi", MakeMultiConnector},
   };
   return factories;
 }
@@ -47,6 +45,20 @@ Status CheckConnectorOptions(const std::string& type, const ConnectorOptions& op
     }
   }
   return Status::OK();
+}
+
+Result<int64_t> ConnectorIntOption(const std::string& type, const ConnectorOptions& options,
+                                   const char* key, int64_t fallback, int64_t min, int64_t max) {
+  auto it = options.find(key);
+  if (it == options.end()) return fallback;
+  int64_t v = 0;
+  const std::string& text = it->second;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size() || v < min || v > max) {
+    return InvalidArgument(type + " option " + key + "='" + text + "' must be an integer in [" +
+                           std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  return v;
 }
 
 }  // namespace xsilo

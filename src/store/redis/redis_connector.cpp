@@ -273,20 +273,6 @@ class RedisConnector final : public Connector {
   std::vector<Context> idle_;
 };
 
-Result<int64_t> IntOption(const ConnectorOptions& options, const char* key, int64_t fallback,
-                          int64_t min, int64_t max) {
-  auto it = options.find(key);
-  if (it == options.end()) return fallback;
-  int64_t v = 0;
-  auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
-  if (ec != std::errc() || p != it->second.data() + it->second.size() || v < min || v > max) {
-    return InvalidArgument(std::string("redis option ") + key + "='" + it->second +
-                           "' must be an integer in [" + std::to_string(min) + ", " +
-                           std::to_string(max) + "]");
-  }
-  return v;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Connector>> MakeRedisConnector(const ConnectorOptions& options) {
@@ -297,11 +283,13 @@ Result<std::unique_ptr<Connector>> MakeRedisConnector(const ConnectorOptions& op
   if (auto it = options.find("host"); it != options.end()) o.host = it->second;
   if (auto it = options.find("password"); it != options.end()) o.password = it->second;
   if (auto it = options.find("prefix"); it != options.end()) o.prefix = it->second;
-  XSILO_ASSIGN_OR_RETURN(int64_t port, IntOption(options, "port", 6379, 1, 65535));
-  XSILO_ASSIGN_OR_RETURN(int64_t part,
-                         IntOption(options, "part_bytes", 256ll << 20, 1, 512ll << 20));
-  XSILO_ASSIGN_OR_RETURN(int64_t timeout, IntOption(options, "timeout_ms", 30000, 1, 3600000));
-  XSILO_ASSIGN_OR_RETURN(int64_t pool, IntOption(options, "pool", 4, 1, 1024));
+  XSILO_ASSIGN_OR_RETURN(int64_t port,
+                         ConnectorIntOption("redis", options, "port", 6379, 1, 65535));
+  XSILO_ASSIGN_OR_RETURN(int64_t part, ConnectorIntOption("redis", options, "part_bytes",
+                                                          256ll << 20, 1, 512ll << 20));
+  XSILO_ASSIGN_OR_RETURN(int64_t timeout,
+                         ConnectorIntOption("redis", options, "timeout_ms", 30000, 1, 3600000));
+  XSILO_ASSIGN_OR_RETURN(int64_t pool, ConnectorIntOption("redis", options, "pool", 4, 1, 1024));
   o.port = static_cast<int>(port);
   o.part_bytes = static_cast<uint64_t>(part);
   o.timeout_ms = static_cast<int>(timeout);

@@ -16,7 +16,6 @@
 //   addressing   auto | path | virtual (default auto)
 //   create_bucket 0|1 (default 1): create the bucket if it is missing
 #include <algorithm>
-#include <charconv>
 
 #include "store/builtin.h"
 #include "xsilo/s3/client.h"
@@ -136,20 +135,6 @@ class S3Connector final : public Connector, public PresignedAccess {
   const std::unique_ptr<S3Client> client_;
 };
 
-Result<int64_t> IntOption(const ConnectorOptions& options, const char* key, int64_t fallback,
-                          int64_t min, int64_t max) {
-  auto it = options.find(key);
-  if (it == options.end()) return fallback;
-  int64_t v = 0;
-  auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
-  if (ec != std::errc() || p != it->second.data() + it->second.size() || v < min || v > max) {
-    return InvalidArgument(std::string("s3 option ") + key + "='" + it->second +
-                           "' must be an integer in [" + std::to_string(min) + ", " +
-                           std::to_string(max) + "]");
-  }
-  return v;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& options) {
@@ -172,11 +157,14 @@ Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& optio
   if (o.access_key.empty() != o.secret_key.empty()) {
     return InvalidArgument("s3 connector: give both access_key and secret_key, or neither");
   }
-  XSILO_ASSIGN_OR_RETURN(int64_t connections, IntOption(options, "connections", 8, 1, 256));
-  XSILO_ASSIGN_OR_RETURN(int64_t concurrency, IntOption(options, "concurrency", 8, 1, 256));
-  XSILO_ASSIGN_OR_RETURN(int64_t part,
-                         IntOption(options, "part_bytes", 64ll << 20, 5ll << 20, 5ll << 30));
-  XSILO_ASSIGN_OR_RETURN(int64_t create, IntOption(options, "create_bucket", 1, 0, 1));
+  XSILO_ASSIGN_OR_RETURN(int64_t connections,
+                         ConnectorIntOption("s3", options, "connections", 8, 1, 256));
+  XSILO_ASSIGN_OR_RETURN(int64_t concurrency,
+                         ConnectorIntOption("s3", options, "concurrency", 8, 1, 256));
+  XSILO_ASSIGN_OR_RETURN(int64_t part, ConnectorIntOption("s3", options, "part_bytes", 64ll << 20,
+                                                          5ll << 20, 5ll << 30));
+  XSILO_ASSIGN_OR_RETURN(int64_t create,
+                         ConnectorIntOption("s3", options, "create_bucket", 1, 0, 1));
   o.connections = static_cast<int>(connections);
   o.concurrency = static_cast<int>(concurrency);
   o.part_bytes = static_cast<uint64_t>(part);
