@@ -50,7 +50,9 @@ struct Object {
 // An upload grant received from a party: where our next big send to it goes.
 struct Grant {
   Key key;
-  std::string url;
+  std::string url;                     // one presigned PUT, or:
+  std::vector<std::string> part_urls;  // a multipart upload's parts
+  std::string complete_url;
   Clock::time_point usable_until;
 };
 
@@ -58,6 +60,7 @@ struct Grant {
 struct Issued {
   int32_t peer;
   Key key;
+  std::string upload_id;  // a multipart grant
   Clock::time_point expires;
 };
 
@@ -120,7 +123,7 @@ class HybridTransport final : public Transport {
       std::lock_guard<std::mutex> lock(mu_);
       issued.swap(issued_);
     }
-    for (auto& [id, g] : issued) (void)connector_->Evict(g.key);
+    for (auto& [id, g] : issued) DropIssued(g);
     for (auto& j : jobs) j.done(Cancelled("transport stopped before the send started"));
     // Objects are ours: nothing outlives the sender's transport.
     for (auto& [id, obj] : objects) {
@@ -283,7 +286,17 @@ class HybridTransport final : public Transport {
     }
     if (grant) {
       EncodedPayload payload = EncodeSafetensors(big);
-      Status put = HttpPutUrl(grant->url, payload.bytes);
+      Status put;
+      if (grant->part_urls.empty()) {
+        put = HttpPutUrl(grant->url, payload.bytes);
+      } else {
+        UrlUploadArgs up;
+        up.part_urls = grant->part_urls;
+        up.complete_url = grant->complete_url;
+        up.body = payload.bytes;
+        up.connections = hybrid_.url_connections;
+        put = HttpPutUrlParts(up).status();
+      }
       if (put.ok()) {
         Key key = grant->key;
         key.size = payload.bytes.size;
@@ -309,43 +322,79 @@ class HybridTransport final : public Transport {
       }
       auto key = connector_->NewKey();
       if (!key.ok()) return;
-      auto url = connector_->presigned()->PresignPut(*key, hybrid_.presign_expiry);
-      if (!url.ok()) return;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        issued_[key->id] = {p, *key, Clock::now() + hybrid_.presign_expiry};
-        ++issued_per_peer_[p];
-      }
       Message g;
       g.type = kGrantType;
       g.params["key"] = key->ToJson();
-      g.params["url"] = *url;
+      std::string upload_id;
+      // Several connections: a multipart grant, so the upload runs in
+      // parallel like the downloads do.
+      auto multi = hybrid_.url_connections > 1
+                       ? connector_->presigned()->PresignMultipartPut(*key, hybrid_.url_connections,
+                                                                      hybrid_.presign_expiry)
+                       : Result<PresignedAccess::MultipartGrant>(Unimplemented("one connection"));
+      if (multi.ok()) {
+        upload_id = multi->upload_id;
+        std::string parts;
+        for (const auto& u : multi->part_urls) parts += (parts.empty() ? "" : "\n") + u;
+        g.params["parts"] = parts;
+        g.params["complete"] = multi->complete_url;
+      } else {
+        auto url = connector_->presigned()->PresignPut(*key, hybrid_.presign_expiry);
+        if (!url.ok()) return;
+        g.params["url"] = *url;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        issued_[key->id] = {p, *key, upload_id, Clock::now() + hybrid_.presign_expiry};
+        ++issued_per_peer_[p];
+      }
       g.params["expires_s"] = static_cast<int64_t>(hybrid_.presign_expiry.count());
       inner_->SendAsync(p, std::move(g), [](const Status&) {});
     }
   }
 
+  // An issued grant is done with (used, lapsed, or the transport stops): its
+  // object goes, and so do the parts of a multipart upload never completed.
+  void DropIssued(const Issued& g) {
+    (void)connector_->Evict(g.key);
+    if (!g.upload_id.empty()) (void)connector_->presigned()->AbortMultipartPut(g.key, g.upload_id);
+  }
+
   void OnGrant(const Message& m) {
     auto key_json = m.GetString("key");
-    auto url = m.GetString("url");
     auto expires = m.GetInt("expires_s");
-    if (!key_json.ok() || !url.ok() || !expires.ok()) return;
+    if (!key_json.ok() || !expires.ok()) return;
     auto key = Key::FromJson(*key_json);
     if (!key.ok()) return;
+    Grant grant{*key, {}, {}, {}, {}};
+    if (auto url = m.GetString("url"); url.ok()) {
+      grant.url = *url;
+    } else {
+      auto parts = m.GetString("parts");
+      auto complete = m.GetString("complete");
+      if (!parts.ok() || !complete.ok() || parts->empty() || complete->empty()) return;
+      for (size_t a = 0; a <= parts->size();) {
+        size_t b = std::min(parts->find('\n', a), parts->size());
+        grant.part_urls.push_back(parts->substr(a, b - a));
+        a = b + 1;
+      }
+      grant.complete_url = *complete;
+    }
     // Keep a margin for the upload itself and for clock drift.
     auto life = std::chrono::seconds(*expires);
     auto until = Clock::now() + life - std::min<Clock::duration>(life / 4, std::chrono::minutes(1));
     std::lock_guard<std::mutex> lock(mu_);
+    grant.usable_until = until;
     auto& held = grants_[m.sender];
-    held.push_back({*key, *url, until});
+    held.push_back(std::move(grant));
     while (held.size() > 2 * kGrantsPerPeer) held.pop_front();
   }
 
   // Caller holds mu_. True when `id` is a grant this party issued (now used).
-  bool TakeIssued(const std::string& id, Key* key) {
+  bool TakeIssued(const std::string& id, Issued* issued) {
     auto it = issued_.find(id);
     if (it == issued_.end()) return false;
-    *key = it->second.key;
+    *issued = it->second;
     --issued_per_peer_[it->second.peer];
     issued_.erase(it);
     return true;
@@ -400,14 +449,14 @@ class HybridTransport final : public Transport {
       Status s = Restore(&m, &key_id);
       if (!key_id.empty() && connector_) {
         // An upload through one of our grants: the object was for us alone.
-        Key granted;
+        Issued granted;
         bool ours;
         {
           std::lock_guard<std::mutex> lock(mu_);
           ours = TakeIssued(key_id, &granted);
         }
         if (ours) {
-          (void)connector_->Evict(granted);
+          DropIssued(granted);
           key_id.clear();
         }
       }
@@ -478,10 +527,10 @@ class HybridTransport final : public Transport {
         if (now - obj->last_use > hybrid_.ttl) expired.push_back(obj);
       }
       for (const auto& obj : expired) Forget(obj);
-      std::vector<Key> lapsed;
+      std::vector<Issued> lapsed;
       for (auto it = issued_.begin(); it != issued_.end();) {
         if (now > it->second.expires) {
-          lapsed.push_back(it->second.key);
+          lapsed.push_back(it->second);
           --issued_per_peer_[it->second.peer];
           it = issued_.erase(it);
         } else {
@@ -490,7 +539,7 @@ class HybridTransport final : public Transport {
       }
       lock.unlock();
       for (const auto& obj : expired) (void)connector_->Evict(obj->key);
-      for (const auto& key : lapsed) (void)connector_->Evict(key);
+      for (const auto& g : lapsed) DropIssued(g);
       lock.lock();
     }
   }

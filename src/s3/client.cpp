@@ -125,8 +125,14 @@ Status DownloadObjectArgs::Validate() const {
 
 Status PresignArgs::Validate() const {
   XSILO_RETURN_IF_ERROR(ValidateObject(bucket, key));
-  if (method != "GET" && method != "PUT" && method != "HEAD" && method != "DELETE") {
-    return InvalidArgument("presign method must be GET, PUT, HEAD or DELETE");
+  if (method != "GET" && method != "PUT" && method != "HEAD" && method != "DELETE" &&
+      method != "POST") {
+    return InvalidArgument("presign method must be GET, PUT, HEAD, DELETE or POST");
+  }
+  for (const auto& [k, v] : query) {
+    if (k.empty() || k.rfind("X-Amz-", 0) == 0 || k.rfind("x-amz-", 0) == 0) {
+      return InvalidArgument("presign query parameter '" + k + "' is empty or reserved");
+    }
   }
   if (expires.count() < 1 || expires.count() > 604800) {
     return InvalidArgument("presigned URL expiry must be 1 s .. 7 days");
@@ -251,7 +257,7 @@ class Latch {
 // for the next request that takes it.
 class HandlePool {
  public:
-  explicit HandlePool(int max) : max_(max) {}
+  explicit HandlePool(int max, size_t max_idle = SIZE_MAX) : max_(max), max_idle_(max_idle) {}
   ~HandlePool() {
     for (CURL* h : free_) curl_easy_cleanup(h);
   }
@@ -270,13 +276,20 @@ class HandlePool {
   void Release(CURL* h) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      free_.push_back(h);
+      if (free_.size() >= max_idle_) {
+        --created_;
+      } else {
+        free_.push_back(h);
+        h = nullptr;
+      }
     }
+    if (h) curl_easy_cleanup(h);  // closes its connections
     cv_.notify_one();
   }
 
  private:
   int max_;
+  size_t max_idle_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<CURL*> free_;
@@ -460,6 +473,26 @@ size_t ReadCallback(char* out, size_t size, size_t n, void* user) {
     }
   }
   return done;
+}
+
+// Rewinds an upload body: curl calls this to resend a request that a reused
+// connection dropped before any reply.
+int SeekCallback(void* user, curl_off_t offset, int origin) {
+  auto* t = static_cast<Transfer*>(user);
+  if (origin != SEEK_SET || offset < 0) return CURL_SEEKFUNC_CANTSEEK;
+  const Call* c = t->call;
+  uint64_t off = static_cast<uint64_t>(offset);
+  if (c->body == nullptr) {
+    if (off > c->text_body.size()) return CURL_SEEKFUNC_FAIL;
+    t->text_off = off;
+    return CURL_SEEKFUNC_OK;
+  }
+  const auto& segs = c->body->segments;
+  t->seg = 0;
+  while (t->seg < segs.size() && off >= segs[t->seg].size()) off -= segs[t->seg++].size();
+  if (t->seg == segs.size() && off > 0) return CURL_SEEKFUNC_FAIL;
+  t->seg_off = off;
+  return CURL_SEEKFUNC_OK;
 }
 
 Status CurlStatus(CURLcode code, const char* errbuf, const Call& call) {
@@ -647,6 +680,8 @@ Status S3Client::Impl::Perform(CURL* h, const Call& call, Reply* reply) {
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
   curl_easy_setopt(h, CURLOPT_READFUNCTION, ReadCallback);
   curl_easy_setopt(h, CURLOPT_READDATA, &t);
+  curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, SeekCallback);
+  curl_easy_setopt(h, CURLOPT_SEEKDATA, &t);
   if (!opts.verify_tls) {
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
@@ -936,21 +971,18 @@ Result<ListObjectsResult> S3Client::ListObjects(const ListObjectsArgs& args) {
   return out;
 }
 
-Result<PutObjectResult> S3Client::UploadObject(const UploadObjectArgs& args) {
-  XSILO_RETURN_IF_ERROR(args.Validate());
-  Impl& impl = *impl_;
-  if (args.body.size <= args.part_size) {
-    return impl.Put(args.bucket, args.key, args.body, args.content_type, args.metadata,
-                    args.checksum_sha256, false, {});
-  }
-  // Create.
+namespace {
+Result<std::string> StartMultipart(
+    S3Client::Impl& impl, const std::string& bucket, const std::string& key,
+    const std::string& content_type,
+    const std::vector<std::pair<std::string, std::string>>& metadata) {
   Call create;
   create.method = "POST";
-  create.bucket = args.bucket;
-  create.key = args.key;
+  create.bucket = bucket;
+  create.key = key;
   create.query = {{"uploads", ""}};
-  if (!args.content_type.empty()) create.headers.emplace_back("content-type", args.content_type);
-  for (const auto& [k, v] : args.metadata) {
+  if (!content_type.empty()) create.headers.emplace_back("content-type", content_type);
+  for (const auto& [k, v] : metadata) {
     std::string name = k;
     std::transform(name.begin(), name.end(), name.begin(), ::tolower);
     create.headers.emplace_back("x-amz-meta-" + name, v);
@@ -959,6 +991,46 @@ Result<PutObjectResult> S3Client::UploadObject(const UploadObjectArgs& args) {
   XSILO_RETURN_IF_ERROR(impl.Execute(create, &cr));
   std::string upload_id = s3::XmlText(cr.text, "UploadId").value_or("");
   if (upload_id.empty()) return Internal("CreateMultipartUpload: no UploadId in the response");
+  return upload_id;
+}
+}  // namespace
+
+std::string CompleteMultipartXml(const std::vector<std::string>& etags) {
+  std::string xml = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">";
+  for (size_t i = 0; i < etags.size(); ++i) {
+    xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" +
+           s3::XmlEscape(etags[i]) + "</ETag></Part>";
+  }
+  xml += "</CompleteMultipartUpload>";
+  return xml;
+}
+
+Result<std::string> S3Client::CreateMultipartUpload(const ObjectArgs& args) {
+  XSILO_RETURN_IF_ERROR(args.Validate());
+  return StartMultipart(*impl_, args.bucket, args.key, "", {});
+}
+
+Status S3Client::AbortMultipartUpload(const ObjectArgs& args, const std::string& upload_id) {
+  XSILO_RETURN_IF_ERROR(args.Validate());
+  if (upload_id.empty()) return InvalidArgument("AbortMultipartUpload: empty upload id");
+  Call a;
+  a.method = "DELETE";
+  a.bucket = args.bucket;
+  a.key = args.key;
+  a.query = {{"uploadId", upload_id}};
+  Reply ar;
+  return impl_->Execute(a, &ar);
+}
+
+Result<PutObjectResult> S3Client::UploadObject(const UploadObjectArgs& args) {
+  XSILO_RETURN_IF_ERROR(args.Validate());
+  Impl& impl = *impl_;
+  if (args.body.size <= args.part_size) {
+    return impl.Put(args.bucket, args.key, args.body, args.content_type, args.metadata,
+                    args.checksum_sha256, false, {});
+  }
+  XSILO_ASSIGN_OR_RETURN(std::string upload_id, StartMultipart(impl, args.bucket, args.key,
+                                                               args.content_type, args.metadata));
 
   // Parts, in parallel.
   const uint64_t n_parts = (args.body.size + args.part_size - 1) / args.part_size;
@@ -995,15 +1067,7 @@ Result<PutObjectResult> S3Client::UploadObject(const UploadObjectArgs& args) {
   }
   latch.Wait();
 
-  auto abort = [&] {
-    Call a;
-    a.method = "DELETE";
-    a.bucket = args.bucket;
-    a.key = args.key;
-    a.query = {{"uploadId", upload_id}};
-    Reply ar;
-    (void)impl.Execute(a, &ar);
-  };
+  auto abort = [&] { (void)AbortMultipartUpload({args.bucket, args.key}, upload_id); };
   if (failed) {
     abort();
     return first_error.WithContext("multipart upload aborted");
@@ -1016,13 +1080,7 @@ Result<PutObjectResult> S3Client::UploadObject(const UploadObjectArgs& args) {
   done.query = {{"uploadId", upload_id}};
   done.has_text_body = true;
   done.headers.emplace_back("content-type", "application/xml");
-  std::string& xml = done.text_body;
-  xml = "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">";
-  for (uint64_t i = 0; i < n_parts; ++i) {
-    xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" +
-           s3::XmlEscape(etags[i]) + "</ETag></Part>";
-  }
-  xml += "</CompleteMultipartUpload>";
+  done.text_body = CompleteMultipartXml(etags);
   Reply dr;
   Status st = impl.Execute(done, &dr);
   if (st.ok() && dr.text.find("<Error>") != std::string::npos) {
@@ -1137,6 +1195,7 @@ Result<std::string> S3Client::PresignUrl(const PresignArgs& args) {
               {"X-Amz-Expires", std::to_string(args.expires.count())},
               {"X-Amz-SignedHeaders", "host"}};
   if (!creds.session_token.empty()) q.emplace_back("X-Amz-Security-Token", creds.session_token);
+  for (const auto& kv : args.query) q.push_back(kv);
   s3::CanonicalRequestParts parts;
   parts.method = args.method;
   parts.canonical_uri = path;
@@ -1153,15 +1212,25 @@ Result<std::string> S3Client::PresignUrl(const PresignArgs& args) {
 // ------------------------------------------------------- credential-less use
 
 namespace {
-// `call` names the method, the URL (in `key`), extra headers, the body and
-// where a 2xx body goes.
+// Handles for credential-less transfers, shared by the whole process: a
+// handle keeps its connections open, so the next range or part to the same
+// server skips the TCP handshake (a round trip on a long link).
+HandlePool& UrlHandles() {
+  static HandlePool* pool = new HandlePool(4096, 256);  // never destroyed: used until exit
+  return *pool;
+}
+
+// `call` names the method (GET, PUT or POST), the URL (in `key`), extra
+// headers, the body (GatherList or text) and where a 2xx body goes.
 Status PlainTransfer(const Call& call, std::chrono::milliseconds timeout, Reply* reply) {
   GlobalCurlInit();
-  CURL* h = curl_easy_init();
+  CURL* h = UrlHandles().Acquire();
   if (!h) return Internal("curl_easy_init failed");
+  curl_easy_reset(h);  // keeps the handle's open connections
   const std::string& method = call.method;
   const std::string& url = call.key;
-  const GatherList* body = call.body;
+  const uint64_t body_size =
+      call.body ? call.body->size : (call.has_text_body ? call.text_body.size() : 0);
   Transfer t{&call, reply};
   char errbuf[CURL_ERROR_SIZE] = {0};
   curl_slist* list = curl_slist_append(nullptr, "Expect:");
@@ -1171,20 +1240,29 @@ Status PlainTransfer(const Call& call, std::chrono::milliseconds timeout, Reply*
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
+  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
   curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 1L << 20);
+  curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 2L << 20);
   curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, HeaderCallback);
   curl_easy_setopt(h, CURLOPT_HEADERDATA, &t);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, WriteCallback);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
-  if (body) {
+  curl_easy_setopt(h, CURLOPT_READFUNCTION, ReadCallback);
+  curl_easy_setopt(h, CURLOPT_READDATA, &t);
+  curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, SeekCallback);
+  curl_easy_setopt(h, CURLOPT_SEEKDATA, &t);
+  if (method == "PUT") {
     curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
-    curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(body->size));
-    curl_easy_setopt(h, CURLOPT_READFUNCTION, ReadCallback);
-    curl_easy_setopt(h, CURLOPT_READDATA, &t);
+    curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(body_size));
+  } else if (method == "POST") {
+    curl_easy_setopt(h, CURLOPT_POST, 1L);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body_size));
+  } else if (method != "GET") {
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method.c_str());
   }
   CURLcode rc = curl_easy_perform(h);
   curl_slist_free_all(list);
-  curl_easy_cleanup(h);
+  UrlHandles().Release(h);
   if (!t.sink_error.ok()) return t.sink_error;
   if (rc != CURLE_OK) return CurlStatus(rc, errbuf, call);
   if (reply->status >= 300) {
@@ -1301,6 +1379,86 @@ Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
   out.range_retries = retries.load();
   if (failed) return first_error;
   return out;
+}
+
+Result<uint64_t> HttpPutUrlParts(const UrlUploadArgs& args) {
+  if (args.part_urls.empty()) return InvalidArgument("HttpPutUrlParts: no part URLs");
+  if (args.complete_url.empty()) return InvalidArgument("HttpPutUrlParts: no completion URL");
+  if (args.connections < 1 || args.connections > 256) {
+    return InvalidArgument("HttpPutUrlParts: connections must be in [1, 256]");
+  }
+  XSILO_RETURN_IF_ERROR(ValidateGather(args.body));
+  const uint64_t size = args.body.size;
+  const uint64_t wanted = size / std::max<uint64_t>(args.min_part_bytes, 1);
+  const uint64_t most = std::clamp<uint64_t>(wanted, 1, args.part_urls.size());
+  const uint64_t part = std::max<uint64_t>((size + most - 1) / most, 1);
+  const uint64_t n_parts = size == 0 ? 1 : (size + part - 1) / part;
+  std::vector<std::string> etags(n_parts);
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex err_mu;
+  Status first_error;
+  std::mt19937_64 rng(std::random_device{}());
+  auto put_part = [&](uint64_t i) -> Status {
+    const uint64_t off = i * part;
+    GatherList slice = SliceGather(args.body, off, std::min(part, size - off));
+    for (int attempt = 0;; ++attempt) {
+      Call c;
+      c.method = "PUT";
+      c.key = args.part_urls[i];
+      c.body = &slice;
+      Reply r;
+      Status st = PlainTransfer(c, args.timeout, &r);
+      if (st.ok()) {
+        const std::string* etag = r.Header("etag");
+        if (etag && !etag->empty()) {
+          etags[i] = *etag;
+          return Status::OK();
+        }
+        st = Internal("the server returned no ETag");
+      }
+      bool retryable = r.status == 0 || r.status >= 500;
+      if (!retryable || attempt >= args.max_part_retries || failed.load()) {
+        return st.WithContext("part " + std::to_string(i + 1) + " after " +
+                              std::to_string(attempt) + " retries");
+      }
+      auto base_ms = args.retry_base_delay.count() << std::min(attempt, 10);
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(base_ms / 2 + static_cast<int64_t>(rng() % (base_ms / 2 + 1))));
+    }
+  };
+  const int n_workers =
+      static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(args.connections), n_parts));
+  std::vector<std::thread> workers;
+  for (int w = 0; w < n_workers; ++w) {
+    workers.emplace_back([&] {
+      while (!failed.load()) {
+        uint64_t i = next.fetch_add(1);
+        if (i >= n_parts) break;
+        Status st = put_part(i);
+        if (!st.ok()) {
+          std::lock_guard<std::mutex> lock(err_mu);
+          if (first_error.ok()) first_error = st;
+          failed = true;
+        }
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  if (failed) return first_error;
+
+  Call done;
+  done.method = "POST";
+  done.key = args.complete_url;
+  done.has_text_body = true;
+  done.text_body = CompleteMultipartXml(etags);
+  done.headers.emplace_back("Content-Type", "application/xml");
+  Reply r;
+  XSILO_RETURN_IF_ERROR(PlainTransfer(done, args.timeout, &r).WithContext("completing the upload"));
+  if (r.text.find("<Error>") != std::string::npos) {  // S3 may fail inside a 200
+    return Unavailable("completing the upload: " + r.text.substr(0, 512));
+  }
+  return n_parts;
 }
 
 }  // namespace xsilo

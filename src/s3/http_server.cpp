@@ -347,6 +347,8 @@ void HttpServer::Stop() {
     for (int fd : active_fds_) ::shutdown(fd, SHUT_RDWR);
     for (int fd : queue_) ::close(fd);
     queue_.clear();
+    for (const auto& parked : parked_) ::close(parked.first);
+    parked_.clear();
     workers.swap(workers_);
   }
   cv_.notify_all();
@@ -356,33 +358,70 @@ void HttpServer::Stop() {
   listen_fd_ = wake_fd_ = -1;
 }
 
+void HttpServer::Dispatch(int fd) {
+  queue_.push_back(fd);
+  if (idle_workers_ < static_cast<int>(queue_.size()) &&
+      static_cast<int>(workers_.size()) < options_.max_connections) {
+    workers_.emplace_back([this] { WorkerLoop(); });
+  }
+  cv_.notify_one();
+}
+
 void HttpServer::AcceptLoop() {
+  using Clock = std::chrono::steady_clock;
+  std::vector<pollfd> fds;
   while (!stopping_) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    int r = ::poll(fds, 2, -1);
+    fds.assign({{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}});
+    int timeout_ms = -1;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto now = Clock::now();
+      for (const auto& [fd, since] : parked_) {
+        fds.push_back({fd, POLLIN, 0});
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        since + options_.idle_timeout - now)
+                        .count();
+        left = std::max<int64_t>(left, 0) + 1;
+        if (timeout_ms < 0 || left < timeout_ms) timeout_ms = static_cast<int>(left);
+      }
+    }
+    int r = ::poll(fds.data(), fds.size(), timeout_ms);
     if (r < 0 && errno != EINTR) break;
     if (stopping_) break;
-    if (!(fds[0].revents & POLLIN)) continue;
+    if (r > 0 && (fds[1].revents & POLLIN)) {
+      uint64_t drained;
+      (void)!::read(wake_fd_, &drained, sizeof(drained));
+    }
+    const auto now = Clock::now();
+    std::unique_lock<std::mutex> lock(mu_);
+    // The first fds.size() - 2 parked entries are the ones polled.
+    const size_t polled = fds.size() - 2;
+    std::vector<std::pair<int, Clock::time_point>> still;
+    for (size_t i = 0; i < parked_.size(); ++i) {
+      auto [fd, since] = parked_[i];
+      if (i < polled && (fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR))) {
+        Dispatch(fd);  // a request (or the peer's close) arrived
+      } else if (i < polled && now - since >= options_.idle_timeout) {
+        ::close(fd);  // keep-alive idle limit
+      } else {
+        still.emplace_back(fd, since);
+      }
+    }
+    parked_.swap(still);
+    if (r <= 0 || !(fds[0].revents & POLLIN)) continue;
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     SetSocketTimeouts(fd, options_.io_timeout);
-    std::unique_lock<std::mutex> lock(mu_);
-    if (static_cast<int>(queue_.size()) >= options_.max_queued_connections) {
+    if (static_cast<int>(queue_.size() + parked_.size()) >= options_.max_queued_connections) {
       lock.unlock();
       SendString(
           fd, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
       ::close(fd);
       continue;
     }
-    queue_.push_back(fd);
-    if (idle_workers_ < static_cast<int>(queue_.size()) &&
-        static_cast<int>(workers_.size()) < options_.max_connections) {
-      workers_.emplace_back([this] { WorkerLoop(); });
-    }
-    lock.unlock();
-    cv_.notify_one();
+    parked_.emplace_back(fd, now);  // a worker takes it when its first request arrives
   }
 }
 
@@ -397,14 +436,20 @@ void HttpServer::WorkerLoop() {
     queue_.pop_front();
     active_fds_.insert(fd);
     lock.unlock();
-    ServeConnection(fd);
+    const bool park = ServeConnection(fd);
     lock.lock();
     active_fds_.erase(fd);
-    ::close(fd);
+    if (park && !stopping_) {
+      parked_.emplace_back(fd, std::chrono::steady_clock::now());
+      uint64_t one = 1;
+      (void)!::write(wake_fd_, &one, sizeof(one));
+    } else {
+      ::close(fd);
+    }
   }
 }
 
-void HttpServer::ServeConnection(int fd) {
+bool HttpServer::ServeConnection(int fd) {
   Conn conn{fd, {}, 0};
   auto send_error = [&](int status, std::string_view text) {
     std::pair<std::string, std::string> body{"text/plain", std::string(text) + "\n"};
@@ -415,14 +460,9 @@ void HttpServer::ServeConnection(int fd) {
                        "\r\nConnection: close\r\n\r\n" + body.second;
     SendString(fd, head);
   };
+  // The acceptor hands over a connection with bytes (or EOF) to read.
+  if (conn.Fill() <= 0) return false;
   while (!stopping_) {
-    // Wait for the next request's first bytes (keep-alive idle limit).
-    if (conn.buffered() == 0) {
-      pollfd p{fd, POLLIN, 0};
-      int r = ::poll(&p, 1, static_cast<int>(options_.idle_timeout.count()));
-      if (r <= 0 || stopping_) return;
-      if (conn.Fill() <= 0) return;
-    }
     // Read until the end of the header block.
     size_t head_end;
     while (true) {
@@ -431,13 +471,13 @@ void HttpServer::ServeConnection(int fd) {
       if (head_end != std::string_view::npos) break;
       if (conn.buffered() > options_.max_header_bytes) {
         send_error(431, "request header section too large");
-        return;
+        return false;
       }
-      if (conn.Fill() <= 0) return;
+      if (conn.Fill() <= 0) return false;
     }
     if (head_end > options_.max_header_bytes) {
       send_error(431, "request header section too large");
-      return;
+      return false;
     }
     HttpRequest req;
     std::string why;
@@ -446,11 +486,11 @@ void HttpServer::ServeConnection(int fd) {
     conn.start += head_end + 4;
     if (pr != ParseResult::kOk) {
       send_error(400, why);
-      return;
+      return false;
     }
     if (req.Header("transfer-encoding") != nullptr) {
       send_error(501, "Transfer-Encoding is not supported; send Content-Length");
-      return;
+      return false;
     }
     const std::string* expect = req.Header("expect");
     bool expect_continue =
@@ -498,16 +538,18 @@ void HttpServer::ServeConnection(int fd) {
         }
       }
     }
-    if (!SendAll(fd, iov)) return;
+    if (!SendAll(fd, iov)) return false;
     if (drop_after >= 0) {
       ::shutdown(fd, SHUT_RDWR);
-      return;
+      return false;
     }
     if (close) {
       ::shutdown(fd, SHUT_WR);
-      return;
+      return false;
     }
+    if (conn.buffered() == 0) return true;  // idle: park it until the next request
   }
+  return false;
 }
 
 }  // namespace xsilo::s3

@@ -100,7 +100,9 @@ class HttpServer {
  private:
   void AcceptLoop();
   void WorkerLoop();
-  void ServeConnection(int fd);
+  // True when the connection is idle and kept alive: the caller parks it.
+  bool ServeConnection(int fd);
+  void Dispatch(int fd);  // caller holds mu_
 
   HttpServerOptions options_;
   HttpHandler handler_;
@@ -116,6 +118,10 @@ class HttpServer {
   std::vector<std::thread> workers_;
   int idle_workers_ = 0;
   std::set<int> active_fds_;
+  // Open connections between requests, watched by the acceptor (not by a
+  // worker), so idle keep-alive connections hold no thread. Only the
+  // acceptor removes entries; workers append.
+  std::vector<std::pair<int, std::chrono::steady_clock::time_point>> parked_;
 };
 
 }  // namespace xsilo::s3

@@ -54,7 +54,7 @@ namespace xsilo::testing {
 namespace {
 
 // Starts the shared s3rver before the tests if a GrpcS3rver test is
-// selected; a missing s3rver fails the run (no test runs) with its message.
+// selected; a missing s3rver fails the run with its message.
 class S3rverEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
@@ -63,8 +63,10 @@ class S3rverEnvironment : public ::testing::Environment {
       const auto* suite = unit->GetTestSuite(i);
       if (std::string_view(suite->name()).starts_with("GrpcS3rver/") &&
           suite->test_to_run_count() > 0) {
+        // Non-fatal: a fatal failure here would make gtest skip every test,
+        // and ctest counts a skip as a pass. The tests run and fail instead.
         Status up = StartSharedS3rver();
-        ASSERT_TRUE(up.ok()) << up.ToString();
+        if (!up.ok()) ADD_FAILURE() << up.ToString();
         return;
       }
     }
@@ -150,11 +152,13 @@ TEST(GrpcS3, SevenClientProcessesThreeRoundsBothWaysLeaveTheBucketEmpty) {
   so.secret_key = "test-secret-key";
   so.buckets = {"fl-run"};
   // Requests made with a presigned URL, by method.
-  std::atomic<int> presigned_gets{0}, presigned_puts{0};
+  std::atomic<int> presigned_gets{0}, presigned_puts{0}, presigned_parts{0}, completions{0};
   so.on_request = [&](const S3FaultRequest& r) {
     if (r.query.find("X-Amz-Signature=") == std::string::npos) return;
     if (r.method == "GET") ++presigned_gets;
     if (r.method == "PUT") ++presigned_puts;
+    if (r.method == "PUT" && r.query.find("partNumber=") != std::string::npos) ++presigned_parts;
+    if (r.method == "POST" && r.query.find("uploadId=") != std::string::npos) ++completions;
   };
   auto s3 = S3Server::Start(so);
   ASSERT_TRUE(s3.ok()) << s3.status().ToString();
@@ -186,10 +190,13 @@ TEST(GrpcS3, SevenClientProcessesThreeRoundsBothWaysLeaveTheBucketEmpty) {
     }
     EXPECT_EQ(from.size(), size_t{kClients});
   }
+  // The clients' "done" proves the "bye" arrived. The broadcast's status is
+  // not asserted: a client stops as soon as its "done" is out, which can cut
+  // off its delivery confirmation of "bye" (the grpc transport's Stop does
+  // not drain pending confirmations; docs/transport-grpc.md).
   Message bye;
   bye.type = "bye";
-  Status said = (*server)->Broadcast(peers, bye, 60s);
-  EXPECT_TRUE(said.ok()) << said.ToString();
+  (void)(*server)->Broadcast(peers, bye, 60s);
   for (int n = 0; n < kClients; ++n) {
     auto done = (*server)->Receive(60s);
     ASSERT_TRUE(done.ok()) << done.status().ToString();
@@ -202,9 +209,13 @@ TEST(GrpcS3, SevenClientProcessesThreeRoundsBothWaysLeaveTheBucketEmpty) {
   }
   (*server)->Stop();
   // Every model went down by presigned GET (ranged, so at least one request
-  // each) and every update came up through a grant (one PUT each).
+  // each) and every update came up through a multipart grant: its parts in
+  // parallel (a Medium model is more than one 5 MiB part), then one
+  // completion each.
   EXPECT_GE(presigned_gets.load(), kClients * kRounds);
-  EXPECT_EQ(presigned_puts.load(), kClients * kRounds);
+  EXPECT_EQ(completions.load(), kClients * kRounds);
+  EXPECT_EQ(presigned_parts.load(), presigned_puts.load());
+  EXPECT_EQ(presigned_parts.load(), kClients * kRounds * int(kModelBytes / (5 << 20)));
 
   S3ClientOptions co;
   co.endpoint = (*s3)->endpoint();

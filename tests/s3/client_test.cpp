@@ -392,6 +392,86 @@ TEST_F(ClientTest, PresignedUrlsNeedNoCredentials) {
   EXPECT_EQ(code, "403");
 }
 
+// A multipart upload run by a party with no credentials: presigned part
+// URLs and a presigned completion, as the hybrid backends' upload grants.
+TEST_F(ClientTest, PresignedMultipartUploadNeedsNoCredentials) {
+  auto id = client_->CreateMultipartUpload({"bkt", "mp/obj"});
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  UrlUploadArgs up;
+  for (int i = 1; i <= 8; ++i) {
+    auto u = client_->PresignUrl({.method = "PUT",
+                                  .bucket = "bkt",
+                                  .key = "mp/obj",
+                                  .query = {{"partNumber", std::to_string(i)}, {"uploadId", *id}}});
+    ASSERT_TRUE(u.ok()) << u.status().ToString();
+    up.part_urls.push_back(*u);
+  }
+  auto done = client_->PresignUrl(
+      {.method = "POST", .bucket = "bkt", .key = "mp/obj", .query = {{"uploadId", *id}}});
+  ASSERT_TRUE(done.ok());
+  up.complete_url = *done;
+  Buffer data = Pattern((23ull << 20) + 123, 9);
+  up.body = Gather(data);
+  up.connections = 3;
+  auto parts = HttpPutUrlParts(up);
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  EXPECT_EQ(*parts, 4u);  // 23 MiB in parts of at least 5 MiB
+  auto got = client_->GetObject({.bucket = "bkt", .key = "mp/obj"});
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->data.view(), data.view());
+
+  // A small body is one part; an empty one too.
+  for (uint64_t size : {uint64_t{1000}, uint64_t{0}}) {
+    auto id2 = client_->CreateMultipartUpload({"bkt", "mp/small"});
+    ASSERT_TRUE(id2.ok());
+    UrlUploadArgs small;
+    small.part_urls = {*client_->PresignUrl({.method = "PUT",
+                                             .bucket = "bkt",
+                                             .key = "mp/small",
+                                             .query = {{"partNumber", "1"}, {"uploadId", *id2}}}),
+                       "unused-second-url"};
+    small.complete_url = *client_->PresignUrl(
+        {.method = "POST", .bucket = "bkt", .key = "mp/small", .query = {{"uploadId", *id2}}});
+    Buffer b = Pattern(size, 3);
+    small.body = Gather(b);
+    auto n = HttpPutUrlParts(small);
+    ASSERT_TRUE(n.ok()) << size << ": " << n.status().ToString();
+    EXPECT_EQ(*n, 1u);
+    auto g = client_->GetObject({.bucket = "bkt", .key = "mp/small"});
+    ASSERT_TRUE(g.ok());
+    EXPECT_EQ(g->data.view(), b.view());
+  }
+
+  // The signature covers the part number: a URL edited to another part fails.
+  std::string forged = up.part_urls[0];
+  forged.replace(forged.find("partNumber=1"), 12, "partNumber=2");
+  EXPECT_EQ(HttpPutUrl(forged, Gather(Pattern(10, 1))).code(), StatusCode::kPermissionDenied);
+
+  // An aborted upload cannot be completed, and its object never appears.
+  auto id3 = client_->CreateMultipartUpload({"bkt", "mp/aborted"});
+  ASSERT_TRUE(id3.ok());
+  UrlUploadArgs ab;
+  ab.part_urls = {*client_->PresignUrl({.method = "PUT",
+                                        .bucket = "bkt",
+                                        .key = "mp/aborted",
+                                        .query = {{"partNumber", "1"}, {"uploadId", *id3}}})};
+  ab.complete_url = *client_->PresignUrl(
+      {.method = "POST", .bucket = "bkt", .key = "mp/aborted", .query = {{"uploadId", *id3}}});
+  ASSERT_TRUE(client_->AbortMultipartUpload({"bkt", "mp/aborted"}, *id3).ok());
+  ab.body = Gather(Pattern(100, 2));
+  auto late = HttpPutUrlParts(ab);
+  EXPECT_FALSE(late.ok());
+  EXPECT_EQ(S3ErrorCode(late.status()), "NoSuchUpload") << late.status().ToString();
+  EXPECT_EQ(client_->HeadObject({"bkt", "mp/aborted"}).status().code(), StatusCode::kNotFound);
+
+  // Reserved or empty query names are refused before anything is signed.
+  EXPECT_EQ(client_->PresignUrl({.bucket = "bkt", .key = "k", .query = {{"X-Amz-Date", "1"}}})
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(HttpPutUrlParts(UrlUploadArgs{}).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(ClientTest, VirtualHostedAddressing) {
   S3ClientOptions co;
   co.endpoint = "http://localhost:" + std::to_string(server_->port());

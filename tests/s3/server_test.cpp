@@ -2,7 +2,11 @@
 // malformed on purpose. Client-level behaviour is in client_test.cpp.
 #include "xsilo/s3/server.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -275,6 +279,106 @@ TEST_P(ServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   EXPECT_EQ(r.status, 200);
   EXPECT_NE(r.body.find("HTTP/1.1 200 OK"), std::string::npos);
   EXPECT_NE(r.body.find("abc"), std::string::npos);
+}
+
+// One kept-alive client connection, driven request by request.
+class KeptAlive {
+ public:
+  explicit KeptAlive(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(port));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0;
+  }
+  ~KeptAlive() { ::close(fd_); }
+  bool connected() const { return connected_; }
+  // Sends one request and reads its response (headers + Content-Length
+  // body); "" when nothing complete arrived within timeout_ms.
+  std::string Exchange(std::string request, int timeout_ms = 10000) {
+    auto pos = request.find("Connection: close");
+    if (pos != std::string::npos) request.replace(pos, 17, "Connection: keep-alive");
+    if (::send(fd_, request.data(), request.size(), MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(request.size())) {
+      return "";
+    }
+    std::string got;
+    while (true) {
+      auto end = got.find("\r\n\r\n");
+      if (end != std::string::npos) {
+        auto cl = got.find("Content-Length: ");
+        size_t len = cl == std::string::npos ? 0 : std::stoul(got.substr(cl + 16));
+        if (got.size() >= end + 4 + len) return got;
+      }
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, timeout_ms) <= 0) return "";
+      char buf[4096];
+      ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+      if (n <= 0) return "";
+      got.append(buf, static_cast<size_t>(n));
+    }
+  }
+  // True when the server closed the connection within timeout_ms.
+  bool ClosedByPeer(int timeout_ms) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return false;
+    char c;
+    return ::recv(fd_, &c, 1, 0) == 0;
+  }
+
+ private:
+  int fd_;
+  bool connected_ = false;
+};
+
+// Idle keep-alive connections wait in the acceptor's poll set, not in a
+// worker: with one worker, a client that keeps its connection open must not
+// lock out every other client until the idle limit.
+TEST(ServerConnections, IdleKeepAliveConnectionsHoldNoWorker) {
+  S3ServerOptions o;
+  o.access_key = kAk;
+  o.secret_key = kSk;
+  o.buckets = {"bkt"};
+  o.max_connections = 1;
+  o.idle_timeout = std::chrono::seconds(120);
+  auto s = S3Server::Start(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const int port = (*s)->port();
+  std::vector<std::unique_ptr<KeptAlive>> conns;
+  for (int i = 0; i < 6; ++i) {
+    conns.push_back(std::make_unique<KeptAlive>(port));
+    ASSERT_TRUE(conns.back()->connected());
+    std::string key = "/bkt/k" + std::to_string(i);
+    std::string r = conns.back()->Exchange(
+        SignedRequest(port, "PUT", key, "", "v" + std::to_string(i), kAk, kSk));
+    ASSERT_NE(r.find("HTTP/1.1 200"), std::string::npos) << "connection " << i << ": " << r;
+  }
+  // Every connection is still open and served again, in reverse order.
+  for (int i = 5; i >= 0; --i) {
+    std::string r = conns[i]->Exchange(
+        SignedRequest(port, "GET", "/bkt/k" + std::to_string(i), "", "", kAk, kSk));
+    ASSERT_NE(r.find("HTTP/1.1 200"), std::string::npos) << "connection " << i << ": " << r;
+    EXPECT_EQ(r.substr(r.size() - 2), "v" + std::to_string(i));
+  }
+}
+
+TEST(ServerConnections, IdleConnectionIsClosedAfterTheIdleLimit) {
+  S3ServerOptions o;
+  o.access_key = kAk;
+  o.secret_key = kSk;
+  o.buckets = {"bkt"};
+  o.idle_timeout = std::chrono::milliseconds(200);
+  auto s = S3Server::Start(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  KeptAlive c((*s)->port());
+  ASSERT_TRUE(c.connected());
+  std::string r = c.Exchange(SignedRequest((*s)->port(), "PUT", "/bkt/x", "", "1", kAk, kSk));
+  ASSERT_NE(r.find("HTTP/1.1 200"), std::string::npos) << r;
+  EXPECT_TRUE(c.ClosedByPeer(10000));
+  // A connection that never sends a request is closed too.
+  KeptAlive silent((*s)->port());
+  ASSERT_TRUE(silent.connected());
+  EXPECT_TRUE(silent.ClosedByPeer(10000));
 }
 
 INSTANTIATE_TEST_SUITE_P(Storage, ServerTest, ::testing::Values(false, true),

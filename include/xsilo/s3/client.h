@@ -202,9 +202,12 @@ struct DownloadObjectResult {
 };
 
 struct PresignArgs {
-  std::string method = "GET";  // "GET", "PUT", "HEAD" or "DELETE"
+  std::string method = "GET";  // "GET", "PUT", "HEAD", "DELETE" or "POST"
   std::string bucket;
   std::string key;
+  // Extra query parameters the URL carries and signs, e.g. {"uploadId", id}
+  // and {"partNumber", "3"} for one part of a multipart upload.
+  std::vector<std::pair<std::string, std::string>> query;
   std::chrono::seconds expires{3600};  // 1 s .. 7 days; default 1 hour
   std::time_t signing_time = 0;        // 0 (default): now
   Status Validate() const;
@@ -235,6 +238,11 @@ class S3Client {
 
   // A URL anyone can use, without credentials, until it expires.
   Result<std::string> PresignUrl(const PresignArgs& args);
+
+  // The three steps of a multipart upload, for callers that hand the parts
+  // to others (presigned "PUT ?partNumber=N&uploadId=ID" URLs).
+  Result<std::string> CreateMultipartUpload(const ObjectArgs& args);  // the upload id
+  Status AbortMultipartUpload(const ObjectArgs& args, const std::string& upload_id);
 
   const S3ClientOptions& options() const;
   struct Impl;
@@ -268,5 +276,26 @@ struct UrlDownloadResult {
   uint64_t range_retries = 0;
 };
 Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args);
+
+// The body of a CompleteMultipartUpload request naming parts 1..N by ETag.
+std::string CompleteMultipartXml(const std::vector<std::string>& etags);
+
+// A multipart upload through presigned URLs (no credentials): the body is
+// cut into at most part_urls.size() parts of at least min_part_bytes (S3's
+// 5 MiB; the last part may be smaller), PUT over up to `connections`
+// parallel connections, then completed by POSTing the part list to
+// complete_url. A part that fails is retried from its start (up to
+// max_part_retries times). Returns the number of parts used.
+struct UrlUploadArgs {
+  std::vector<std::string> part_urls;  // part 1, 2, ...
+  std::string complete_url;            // presigned "POST ?uploadId=ID"
+  GatherList body;
+  int connections = 8;
+  uint64_t min_part_bytes = 5ull << 20;
+  int max_part_retries = 3;
+  std::chrono::milliseconds retry_base_delay{50};
+  std::chrono::milliseconds timeout = std::chrono::minutes(10);  // per request
+};
+Result<uint64_t> HttpPutUrlParts(const UrlUploadArgs& args);
 
 }  // namespace xsilo

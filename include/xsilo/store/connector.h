@@ -54,6 +54,19 @@ class PresignedAccess {
   virtual ~PresignedAccess() = default;
   virtual Result<std::string> PresignGet(const Key& key, std::chrono::seconds expiry) = 0;
   virtual Result<std::string> PresignPut(const Key& key, std::chrono::seconds expiry) = 0;
+
+  // A multipart upload of `key` that a party without credentials fills in
+  // parallel: a presigned PUT URL per part (1..parts) and a presigned POST
+  // that completes it. Abort one that was never completed, or its parts stay
+  // stored. Connectors without multipart uploads return Unimplemented.
+  struct MultipartGrant {
+    std::string upload_id;
+    std::vector<std::string> part_urls;
+    std::string complete_url;
+  };
+  virtual Result<MultipartGrant> PresignMultipartPut(const Key& key, int parts,
+                                                     std::chrono::seconds expiry);
+  virtual Status AbortMultipartPut(const Key& key, const std::string& upload_id);
 };
 
 class Connector {

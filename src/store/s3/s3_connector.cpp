@@ -110,6 +110,44 @@ class S3Connector final : public Connector, public PresignedAccess {
         {.method = "PUT", .bucket = o_.bucket, .key = o_.prefix + key.id, .expires = expiry});
   }
 
+  Result<MultipartGrant> PresignMultipartPut(const Key& key, int parts,
+                                             std::chrono::seconds expiry) override {
+    XSILO_RETURN_IF_ERROR(CheckKey(key));
+    if (parts < 1 || parts > 10000) return InvalidArgument("parts must be in [1, 10000]");
+    const std::string object = o_.prefix + key.id;
+    MultipartGrant g;
+    XSILO_ASSIGN_OR_RETURN(g.upload_id, client_->CreateMultipartUpload({o_.bucket, object}));
+    for (int i = 1; i <= parts; ++i) {
+      auto url = client_->PresignUrl(
+          {.method = "PUT",
+           .bucket = o_.bucket,
+           .key = object,
+           .query = {{"partNumber", std::to_string(i)}, {"uploadId", g.upload_id}},
+           .expires = expiry});
+      if (!url.ok()) {
+        (void)AbortMultipartPut(key, g.upload_id);
+        return url.status();
+      }
+      g.part_urls.push_back(std::move(url).value());
+    }
+    auto done = client_->PresignUrl({.method = "POST",
+                                     .bucket = o_.bucket,
+                                     .key = object,
+                                     .query = {{"uploadId", g.upload_id}},
+                                     .expires = expiry});
+    if (!done.ok()) {
+      (void)AbortMultipartPut(key, g.upload_id);
+      return done.status();
+    }
+    g.complete_url = std::move(done).value();
+    return g;
+  }
+
+  Status AbortMultipartPut(const Key& key, const std::string& upload_id) override {
+    XSILO_RETURN_IF_ERROR(CheckKey(key));
+    return client_->AbortMultipartUpload({o_.bucket, o_.prefix + key.id}, upload_id);
+  }
+
  private:
   Status CheckKey(const Key& key) const {
     if (key.connector != "s3") {
