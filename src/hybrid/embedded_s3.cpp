@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "xsilo/s3/server.h"
 #include "xsilo/store/connector.h"
@@ -21,7 +22,8 @@ namespace {
 // Runs in the forked child: serve until the parent closes the control pipe
 // (or dies). Never returns.
 [[noreturn]] void ServeInChild(int ready_fd, int control_fd, const std::string& host, int port,
-                               const std::string& access, const std::string& secret) {
+                               const std::string& access, const std::string& secret,
+                               const std::string& directory) {
   // Dies with the parent. (The signal follows the forking *thread*: create
   // the transport on a thread that lives as long as it.)
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -37,6 +39,7 @@ namespace {
   o.access_key = access;
   o.secret_key = secret;
   o.buckets = {EmbeddedS3::kBucket};
+  o.directory = directory;
   auto server = S3Server::Start(o);
   int32_t bound = server.ok() ? (*server)->port() : -1;
   (void)!::write(ready_fd, &bound, sizeof(bound));
@@ -48,6 +51,38 @@ namespace {
     server->reset();
   }
   _exit(server.ok() ? 0 : 1);
+}
+
+constexpr const char* kDirPrefix = "xsilo-s3-";
+
+// Storage directories left by runs that were killed (named after their pid,
+// which no longer exists) are removed.
+void SweepStale(const std::filesystem::path& base) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(base, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind(kDirPrefix, 0) != 0) continue;
+    long pid = std::strtol(name.c_str() + std::strlen(kDirPrefix), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      std::filesystem::remove_all(e.path(), ec);
+    }
+  }
+}
+
+// A fresh private directory on tmpfs when there is one.
+Result<std::string> MakeStorageDirectory() {
+  std::error_code ec;
+  std::filesystem::path base = "/dev/shm";
+  if (!std::filesystem::is_directory(base, ec) || ::access(base.c_str(), W_OK) != 0) {
+    base = std::filesystem::temp_directory_path(ec);
+  }
+  SweepStale(base);
+  std::string tmpl =
+      (base / (std::string(kDirPrefix) + std::to_string(::getpid()) + "-XXXXXX")).string();
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    return Internal("mkdtemp " + tmpl + ": " + std::strerror(errno));
+  }
+  return tmpl;
 }
 
 }  // namespace
@@ -63,20 +98,28 @@ Result<std::shared_ptr<EmbeddedS3>> EmbeddedS3::Start(const std::string& bind_ho
   }
   std::string access = RandomObjectId().substr(0, 20);
   std::string secret = RandomObjectId();
+  auto dir = MakeStorageDirectory();
+  if (!dir.ok()) {
+    for (int fd : {ready[0], ready[1], control[0], control[1]}) ::close(fd);
+    return dir.status();
+  }
   pid_t pid = ::fork();
   if (pid < 0) {
     int err = errno;
     for (int fd : {ready[0], ready[1], control[0], control[1]}) ::close(fd);
+    std::error_code ec;
+    std::filesystem::remove_all(*dir, ec);
     return Internal(std::string("fork: ") + std::strerror(err));
   }
   if (pid == 0) {
     ::close(ready[0]);
     ::close(control[1]);
-    ServeInChild(ready[1], control[0], bind_host, port, access, secret);
+    ServeInChild(ready[1], control[0], bind_host, port, access, secret, *dir);
   }
   ::close(ready[1]);
   ::close(control[0]);
   std::shared_ptr<EmbeddedS3> s(new EmbeddedS3());
+  s->directory_ = *dir;
   s->pid_ = pid;
   s->control_fd_ = control[1];
   s->access_key_ = access;
@@ -101,12 +144,19 @@ EmbeddedS3::~EmbeddedS3() {
   if (control_fd_ >= 0) ::close(control_fd_);
   if (pid_ > 0) {
     // Give it a moment to close its connections, then make sure.
-    for (int i = 0; i < 200; ++i) {
-      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) return;
-      ::usleep(10000);
+    bool exited = false;
+    for (int i = 0; i < 200 && !exited; ++i) {
+      exited = ::waitpid(pid_, nullptr, WNOHANG) == pid_;
+      if (!exited) ::usleep(10000);
     }
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
+    if (!exited) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  if (!directory_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(directory_, ec);
   }
 }
 

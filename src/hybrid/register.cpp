@@ -113,6 +113,7 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
       store.options["bucket"] = EmbeddedS3::kBucket;
       store.options["addressing"] = "path";
       store.options["create_bucket"] = "0";
+      store.options["local_dir"] = server->directory();  // rank 0's own puts skip HTTP
       XSILO_ASSIGN_OR_RETURN(std::unique_ptr<Connector> c, MakeConnector(store));
       connector = std::move(c);
       keepalive = std::move(server);

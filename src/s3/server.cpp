@@ -891,4 +891,23 @@ std::string S3Server::endpoint() const {
 }
 void S3Server::Stop() { impl_->http->Stop(); }
 
+Status PutObjectInDirectory(const std::string& directory, const std::string& bucket,
+                            const std::string& key, const GatherList& body) {
+  if (directory.empty()) return InvalidArgument("PutObjectInDirectory: empty directory");
+  if (key.empty() || key.size() > 1024) return InvalidArgument("invalid object key");
+  XSILO_ASSIGN_OR_RETURN(auto store, s3::NewDirectoryObjectStore(directory));
+  StoredObject obj;
+  obj.size = body.size;
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                 &XXH3_freeState);
+  XXH3_128bits_reset(state.get());
+  for (const Buffer& b : body.segments) {
+    XXH3_128bits_update(state.get(), b.data(), b.size());
+    if (!b.empty()) obj.segments.push_back(b);
+  }
+  obj.etag = QuotedHex128(nullptr, 0, state.get());
+  obj.mtime = std::time(nullptr);
+  return store->Put(bucket, key, std::move(obj));
+}
+
 }  // namespace xsilo

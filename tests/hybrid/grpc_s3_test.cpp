@@ -8,12 +8,15 @@
 // grants. The bucket is listed empty afterwards.
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 #include <sstream>
 #include <string_view>
+#include <thread>
 
 #include "s3/s3rver.h"
 #include "transport/conformance.h"
@@ -278,6 +281,69 @@ void ExchangeOverGrpc(const std::map<std::string, std::string>& options) {
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "client exit status " << st;
   }
   (*server)->Stop();
+}
+
+// Where the embedded server keeps objects: tmpfs when there is one.
+std::filesystem::path EmbeddedBase() {
+  std::error_code ec;
+  if (std::filesystem::is_directory("/dev/shm", ec) && ::access("/dev/shm", W_OK) == 0) {
+    return "/dev/shm";
+  }
+  return std::filesystem::temp_directory_path();
+}
+
+std::vector<std::filesystem::path> OurEmbeddedDirs() {
+  std::vector<std::filesystem::path> out;
+  const std::string prefix = "xsilo-s3-" + std::to_string(::getpid()) + "-";
+  for (const auto& e : std::filesystem::directory_iterator(EmbeddedBase())) {
+    if (e.path().filename().string().rfind(prefix, 0) == 0) out.push_back(e.path());
+  }
+  return out;
+}
+
+// Rank 0's embedded server keeps objects in a private tmpfs directory that
+// rank 0 writes its own uploads into; the directory goes with the
+// transport, and one left by a dead process is swept at the next start.
+TEST(GrpcS3Embedded, ObjectsLiveInTmpfsAndGoWithTheTransport) {
+  const auto stale = EmbeddedBase() / "xsilo-s3-2147483646-left";  // no such pid
+  std::filesystem::create_directories(stale / "xsilo");
+  std::string address = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
+  auto party = [&](int rank) {
+    TransportOptions o;
+    o.rank = rank;
+    o.world_size = 2;
+    o.address = address;
+    return TransportRegistry::Global().Create("grpc+s3", o);
+  };
+  auto server = party(0);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  auto dirs = OurEmbeddedDirs();
+  ASSERT_EQ(dirs.size(), 1u);
+  auto client = party(1);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  std::thread start([&] { ASSERT_TRUE((*server)->Start().ok()); });
+  ASSERT_TRUE((*client)->Start().ok());
+  start.join();
+
+  Message model = PatternMessage(12 << 20, 1, 0);  // above the 10 MiB threshold
+  ASSERT_TRUE((*server)->Send(1, model, 60s).ok());
+  auto got = (*client)->Receive(60s);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(PatternIntact(*got));
+  // Up through a grant: a multipart upload of 2 parts, completed by URL.
+  Message update = PatternMessage((12 << 20) + 7, 2, 0);
+  ASSERT_TRUE((*client)->Send(0, update, 60s).ok());
+  auto up = (*server)->Receive(60s);
+  ASSERT_TRUE(up.ok()) << up.status().ToString();
+  EXPECT_TRUE(PatternIntact(*up));
+
+  (*client)->Stop();
+  (*server)->Stop();
+  client->reset();
+  server->reset();
+  EXPECT_FALSE(std::filesystem::exists(dirs[0]));
+  EXPECT_TRUE(OurEmbeddedDirs().empty());
 }
 
 TEST(GrpcSevenClients, ThreeRoundsBothWaysOneStream) { ExchangeOverGrpc({}); }

@@ -381,6 +381,35 @@ TEST(ServerConnections, IdleConnectionIsClosedAfterTheIdleLimit) {
   EXPECT_TRUE(silent.ClosedByPeer(10000));
 }
 
+// A co-located party writes into a directory server's storage; the server
+// serves the object at once, with an ETag, as if it had been PUT.
+TEST(ServerDirectory, PutObjectInDirectoryIsServedAtOnce) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("xsilo-s3-local-put-" + std::to_string(::getpid()));
+  S3ServerOptions o;
+  o.access_key = kAk;
+  o.secret_key = kSk;
+  o.buckets = {"bkt"};
+  o.directory = dir.string();
+  auto s = S3Server::Start(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  GatherList body;
+  body.Append(Buffer::CopyFrom("hello, "));
+  body.Append(Buffer());
+  body.Append(Buffer::CopyFrom("world"));
+  ASSERT_TRUE(PutObjectInDirectory(dir.string(), "bkt", "dir/k", body).ok());
+  const int port = (*s)->port();
+  RawResponse r = RawExchange(port, SignedRequest(port, "GET", "/bkt/dir/k", "", "", kAk, kSk));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "hello, world");
+  EXPECT_EQ(r.Header("etag").size(), 34u);  // quoted 128-bit hex
+  EXPECT_EQ(PutObjectInDirectory(dir.string(), "nobucket", "k", body).code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(PutObjectInDirectory("", "bkt", "k", body).code(), StatusCode::kInvalidArgument);
+  s->reset();
+  std::filesystem::remove_all(dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(Storage, ServerTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Directory" : "Memory"; });
 

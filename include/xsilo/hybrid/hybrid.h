@@ -37,14 +37,17 @@ struct HybridOptions {
   // carry a GET URL valid this long, so receivers need no credentials.
   // 0 turns it off. Default 3600 s.
   std::chrono::seconds presign_expiry{3600};
-  // Backend key "connections": parallel ranged GETs a party without
-  // storage access uses to fetch an object by its presigned URL. Default 8.
-  int url_connections = 8;
+  // Backend key "connections": parallel connections a party without
+  // storage access uses for presigned transfers: ranged GETs of an object
+  // (ranges of at least 1 MiB) and the parts of a grant upload (at least
+  // 5 MiB each). On a long link one TCP connection is window-bound, so
+  // filling it takes many. Default 32.
+  int url_connections = 32;
   // Backend key "grants" (0|1): a party whose connector can presign attaches
-  // to each message it sends an upload grant per receiver (a fresh key and a
-  // presigned PUT URL). A receiver without storage access uploads its next
-  // big send to that party through the grant instead of sending it inline.
-  // Default 0; on whenever the embedded object server is used.
+  // to each message it sends an upload grant per receiver (a fresh key and
+  // presigned multipart part URLs, or one PUT URL). A receiver without storage access uploads its
+  // next big send to that party through the grant instead of sending it inline. Default 0; on
+  // whenever the embedded object server is used.
   bool grant_uploads = false;
 };
 

@@ -15,10 +15,15 @@
 //   concurrency  default 8: parts uploaded at once
 //   addressing   auto | path | virtual (default auto)
 //   create_bucket 0|1 (default 1): create the bucket if it is missing
+//   local_dir    default "": the storage directory of an S3 server on this
+//                machine (`xsilo s3d --dir`, the embedded server): Put writes
+//                there directly, skipping HTTP. Machine-local, so it is not
+//                part of config().
 #include <algorithm>
 
 #include "store/builtin.h"
 #include "xsilo/s3/client.h"
+#include "xsilo/s3/server.h"
 
 namespace xsilo {
 
@@ -27,6 +32,10 @@ namespace {
 struct S3ConnectorOptions {
   std::string bucket, endpoint, region = "us-east-1", access_key, secret_key;
   std::string prefix = "xsilo/", addressing = "auto";
+  // The storage directory of an S3 server on this machine (its
+  // S3ServerOptions::directory): Put writes objects there directly instead
+  // of uploading them. Everything else still goes through the endpoint.
+  std::string local_dir;
   int connections = 8, concurrency = 8;
   uint64_t part_bytes = 64ull << 20;
   bool create_bucket = true;
@@ -160,6 +169,9 @@ class S3Connector final : public Connector, public PresignedAccess {
   }
 
   Status Upload(const std::string& id, const GatherList& bytes) {
+    if (!o_.local_dir.empty()) {
+      return PutObjectInDirectory(o_.local_dir, o_.bucket, o_.prefix + id, bytes);
+    }
     UploadObjectArgs args;
     args.bucket = o_.bucket;
     args.key = o_.prefix + id;
@@ -179,7 +191,7 @@ Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& optio
   XSILO_RETURN_IF_ERROR(CheckConnectorOptions(
       "s3", options,
       {"bucket", "endpoint", "region", "access_key", "secret_key", "prefix", "connections",
-       "part_bytes", "concurrency", "addressing", "create_bucket"}));
+       "part_bytes", "concurrency", "addressing", "create_bucket", "local_dir"}));
   S3ConnectorOptions o;
   auto get = [&](const char* k, std::string* out) {
     if (auto it = options.find(k); it != options.end()) *out = it->second;
@@ -191,6 +203,7 @@ Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& optio
   get("secret_key", &o.secret_key);
   get("prefix", &o.prefix);
   get("addressing", &o.addressing);
+  get("local_dir", &o.local_dir);
   if (o.bucket.empty()) return InvalidArgument("s3 connector needs option 'bucket'");
   if (o.access_key.empty() != o.secret_key.empty()) {
     return InvalidArgument("s3 connector: give both access_key and secret_key, or neither");
