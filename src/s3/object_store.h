@@ -22,7 +22,9 @@ namespace xsilo::s3 {
 struct StoredObject {
   std::vector<Buffer> segments;
   uint64_t size = 0;
-  std::string etag;  // quoted, as S3 sends it
+  // Quoted, as S3 sends it. Left empty, the store computes the 128-bit
+  // XXH3 ETag of a PUT itself (the directory store while it writes).
+  std::string etag;
   std::time_t mtime = 0;
   std::string content_type = "application/octet-stream";
   std::string checksum_sha256;  // base64, as given in x-amz-checksum-sha256 at PUT; may be ""
@@ -57,6 +59,9 @@ class ObjectStore {
   virtual Result<std::vector<ObjectEntry>> List(const std::string& bucket,
                                                 const std::string& prefix) = 0;
 };
+
+// The ETag of a single PUT: the 128-bit XXH3 of the bytes, quoted hex.
+std::string FormatEtag(uint64_t high64, uint64_t low64);
 
 std::unique_ptr<ObjectStore> NewMemoryObjectStore();
 // Objects are files under `root`/<bucket>/, written to a temporary file and

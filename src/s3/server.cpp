@@ -71,9 +71,7 @@ struct Ctx {
 
 std::string QuotedHex128(const void* data, size_t n, XXH3_state_t* state = nullptr) {
   XXH128_hash_t h = state ? XXH3_128bits_digest(state) : XXH3_128bits(data, n);
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "\"%016" PRIx64 "%016" PRIx64 "\"", h.high64, h.low64);
-  return buf;
+  return s3::FormatEtag(h.high64, h.low64);
 }
 
 std::string StripQuotes(std::string s) {
@@ -896,16 +894,11 @@ Status PutObjectInDirectory(const std::string& directory, const std::string& buc
   if (directory.empty()) return InvalidArgument("PutObjectInDirectory: empty directory");
   if (key.empty() || key.size() > 1024) return InvalidArgument("invalid object key");
   XSILO_ASSIGN_OR_RETURN(auto store, s3::NewDirectoryObjectStore(directory));
-  StoredObject obj;
+  StoredObject obj;  // the ETag is computed while the bytes are written
   obj.size = body.size;
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
-                                                                 &XXH3_freeState);
-  XXH3_128bits_reset(state.get());
   for (const Buffer& b : body.segments) {
-    XXH3_128bits_update(state.get(), b.data(), b.size());
     if (!b.empty()) obj.segments.push_back(b);
   }
-  obj.etag = QuotedHex128(nullptr, 0, state.get());
   obj.mtime = std::time(nullptr);
   return store->Put(bucket, key, std::move(obj));
 }
