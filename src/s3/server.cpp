@@ -903,4 +903,14 @@ Status PutObjectInDirectory(const std::string& directory, const std::string& buc
   return store->Put(bucket, key, std::move(obj));
 }
 
+Result<Buffer> GetObjectFromDirectory(const std::string& directory, const std::string& bucket,
+                                      const std::string& key) {
+  if (directory.empty()) return InvalidArgument("GetObjectFromDirectory: empty directory");
+  if (key.empty() || key.size() > 1024) return InvalidArgument("invalid object key");
+  XSILO_ASSIGN_OR_RETURN(auto store, s3::NewDirectoryObjectStore(directory));
+  XSILO_ASSIGN_OR_RETURN(StoredObject obj, store->Get(bucket, key));
+  if (obj.segments.empty()) return Buffer();
+  return obj.segments.front();  // the directory store maps the whole file
+}
+
 }  // namespace xsilo

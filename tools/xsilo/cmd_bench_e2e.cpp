@@ -217,6 +217,9 @@ RunResult RunOne(const E2eArgs& a, const E2eBackend& b, const std::string& tier,
       t << "local_epochs = " << a.local_epochs << "\n";
     t << "quorum = " << Quote(std::to_string(a.clients)) << "\n"
       << "round_deadline_s = " << static_cast<int64_t>(a.timeout_s) << "\n"
+      // The final evaluation broadcasts the model once more: on a slow link
+      // a Big model takes minutes, far past the 60 s default.
+      << "finish_deadline_s = " << static_cast<int64_t>(a.timeout_s) << "\n"
       << "send_timeout_s = " << static_cast<int64_t>(a.timeout_s) << "\n"
       << "idle_timeout_s = " << static_cast<int64_t>(a.timeout_s) << "\n";
   }

@@ -118,4 +118,10 @@ class S3Server {
 Status PutObjectInDirectory(const std::string& directory, const std::string& bucket,
                             const std::string& key, const GatherList& body);
 
+// Reads an object straight from such a directory: a private (copy-on-write)
+// mapping of its file, no HTTP and no copy; the mapping stays valid after
+// the object is deleted. NotFound (NoSuchKey / NoSuchBucket) when absent.
+Result<Buffer> GetObjectFromDirectory(const std::string& directory, const std::string& bucket,
+                                      const std::string& key);
+
 }  // namespace xsilo

@@ -17,8 +17,8 @@
 //   create_bucket 0|1 (default 1): create the bucket if it is missing
 //   local_dir    default "": the storage directory of an S3 server on this
 //                machine (`xsilo s3d --dir`, the embedded server): Put writes
-//                there directly, skipping HTTP. Machine-local, so it is not
-//                part of config().
+//                there and Get maps from there directly, skipping HTTP.
+//                Machine-local, so it is not part of config().
 #include <algorithm>
 
 #include "store/builtin.h"
@@ -73,6 +73,14 @@ class S3Connector final : public Connector, public PresignedAccess {
 
   Result<std::optional<Buffer>> Get(const Key& key) override {
     XSILO_RETURN_IF_ERROR(CheckKey(key));
+    if (!o_.local_dir.empty()) {
+      auto r = GetObjectFromDirectory(o_.local_dir, o_.bucket, o_.prefix + key.id);
+      if (!r.ok()) {
+        if (r.status().code() == StatusCode::kNotFound) return std::optional<Buffer>();
+        return r.status();
+      }
+      return std::optional<Buffer>(std::move(r).value());
+    }
     DownloadObjectArgs args;
     args.bucket = o_.bucket;
     args.key = o_.prefix + key.id;
