@@ -49,15 +49,28 @@ struct Buffer::Storage {
   }
 };
 
+namespace {
+constexpr uint64_t kHugePageBytes = 2ull << 20;
+constexpr uint64_t kHugePageThreshold = 8ull << 20;
+}  // namespace
+
 Result<Buffer> Buffer::Allocate(uint64_t size) {
   if (size == 0) return Buffer();
   // aligned_alloc requires size to be a multiple of the alignment.
-  uint64_t rounded = (size + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+  // Large buffers are 2 MiB-aligned and marked for transparent huge pages:
+  // the first touch of fresh memory costs a page fault per page, and with
+  // 4 KiB pages that dominated moving a model (265 MB took 1.2 s to fault in
+  // on the development VM, under 0.1 s in huge pages when the kernel has
+  // them free).
+  const bool huge = size >= kHugePageThreshold;
+  const uint64_t align = huge ? kHugePageBytes : kBufferAlignment;
+  uint64_t rounded = (size + align - 1) / align * align;
   if (rounded < size) return ResourceExhausted("buffer size overflows: " + std::to_string(size));
-  void* p = std::aligned_alloc(kBufferAlignment, rounded);
+  void* p = std::aligned_alloc(align, rounded);
   if (p == nullptr) {
     return ResourceExhausted("cannot allocate " + std::to_string(size) + " bytes");
   }
+  if (huge) (void)madvise(p, rounded, MADV_HUGEPAGE);  // a hint; fine to fail
   auto storage = std::make_shared<Storage>();
   storage->kind = Storage::Kind::kHeap;
   storage->base = p;
