@@ -1284,6 +1284,43 @@ Status PlainTransfer(const Call& call, std::chrono::milliseconds timeout, Reply*
   }
   return Status::OK();
 }
+// Sleeps before retry `attempt` (0-based): base * 2^attempt, jittered into
+// [half, full].
+void SleepBeforeRetry(std::chrono::milliseconds base, int attempt) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  const int64_t ms = base.count() << std::min(attempt, 10);
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(ms / 2 + static_cast<int64_t>(rng() % (ms / 2 + 1))));
+}
+
+// Runs fn(i, failed) for every i in [0, n) on up to `threads` threads. After
+// the first failure no new item starts (`failed` also tells running ones to
+// stop retrying); returns that first failure.
+Status ParallelForEach(uint64_t n, int threads,
+                       const std::function<Status(uint64_t, const std::atomic<bool>&)>& fn) {
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex err_mu;
+  Status first_error;
+  std::vector<std::thread> workers;
+  const int n_workers = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(threads), n));
+  for (int w = 0; w < n_workers; ++w) {
+    workers.emplace_back([&] {
+      while (!failed.load()) {
+        const uint64_t i = next.fetch_add(1);
+        if (i >= n) break;
+        Status st = fn(i, failed);
+        if (!st.ok()) {
+          std::lock_guard<std::mutex> lock(err_mu);
+          if (first_error.ok()) first_error = st;
+          failed = true;
+        }
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  return first_error;
+}
 }  // namespace
 
 Result<Buffer> HttpGetUrl(const std::string& url, std::chrono::milliseconds timeout) {
@@ -1324,13 +1361,10 @@ Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
   range = std::clamp<uint64_t>(range, 1ull << 20, 64ull << 20);
   const uint64_t n_ranges = (size + range - 1) / range;
   out.ranges = n_ranges;
-  std::atomic<uint64_t> next{0}, retries{0};
-  std::atomic<bool> failed{false};
-  std::mutex err_mu;
-  Status first_error;
+  std::atomic<uint64_t> retries{0};
   uint8_t* base = out.data.mutable_data();
-  std::mt19937_64 rng(std::random_device{}());
-  auto fetch_range = [&](uint64_t start, uint64_t len) -> Status {
+  auto fetch_range = [&](uint64_t i, const std::atomic<bool>& failed) -> Status {
+    const uint64_t start = i * range, len = std::min(range, size - start);
     uint64_t done = 0;
     for (int attempt = 0;; ++attempt) {
       Call c;
@@ -1352,32 +1386,12 @@ Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
                               " after " + std::to_string(attempt) + " retries");
       }
       retries.fetch_add(1);
-      auto base_ms = args.retry_base_delay.count() << std::min(attempt, 10);
-      std::this_thread::sleep_for(
-          std::chrono::milliseconds(base_ms / 2 + static_cast<int64_t>(rng() % (base_ms / 2 + 1))));
+      SleepBeforeRetry(args.retry_base_delay, attempt);
     }
   };
-  const int n_workers =
-      static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(args.connections), n_ranges));
-  std::vector<std::thread> workers;
-  for (int w = 0; w < n_workers; ++w) {
-    workers.emplace_back([&] {
-      while (!failed.load()) {
-        uint64_t i = next.fetch_add(1);
-        if (i >= n_ranges) break;
-        uint64_t start = i * range;
-        Status st = fetch_range(start, std::min(range, size - start));
-        if (!st.ok()) {
-          std::lock_guard<std::mutex> lock(err_mu);
-          if (first_error.ok()) first_error = st;
-          failed = true;
-        }
-      }
-    });
-  }
-  for (auto& t : workers) t.join();
+  Status st = ParallelForEach(n_ranges, args.connections, fetch_range);
   out.range_retries = retries.load();
-  if (failed) return first_error;
+  if (!st.ok()) return st;
   return out;
 }
 
@@ -1394,12 +1408,7 @@ Result<uint64_t> HttpPutUrlParts(const UrlUploadArgs& args) {
   const uint64_t part = std::max<uint64_t>((size + most - 1) / most, 1);
   const uint64_t n_parts = size == 0 ? 1 : (size + part - 1) / part;
   std::vector<std::string> etags(n_parts);
-  std::atomic<uint64_t> next{0};
-  std::atomic<bool> failed{false};
-  std::mutex err_mu;
-  Status first_error;
-  std::mt19937_64 rng(std::random_device{}());
-  auto put_part = [&](uint64_t i) -> Status {
+  auto put_part = [&](uint64_t i, const std::atomic<bool>& failed) -> Status {
     const uint64_t off = i * part;
     GatherList slice = SliceGather(args.body, off, std::min(part, size - off));
     for (int attempt = 0;; ++attempt) {
@@ -1422,30 +1431,10 @@ Result<uint64_t> HttpPutUrlParts(const UrlUploadArgs& args) {
         return st.WithContext("part " + std::to_string(i + 1) + " after " +
                               std::to_string(attempt) + " retries");
       }
-      auto base_ms = args.retry_base_delay.count() << std::min(attempt, 10);
-      std::this_thread::sleep_for(
-          std::chrono::milliseconds(base_ms / 2 + static_cast<int64_t>(rng() % (base_ms / 2 + 1))));
+      SleepBeforeRetry(args.retry_base_delay, attempt);
     }
   };
-  const int n_workers =
-      static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(args.connections), n_parts));
-  std::vector<std::thread> workers;
-  for (int w = 0; w < n_workers; ++w) {
-    workers.emplace_back([&] {
-      while (!failed.load()) {
-        uint64_t i = next.fetch_add(1);
-        if (i >= n_parts) break;
-        Status st = put_part(i);
-        if (!st.ok()) {
-          std::lock_guard<std::mutex> lock(err_mu);
-          if (first_error.ok()) first_error = st;
-          failed = true;
-        }
-      }
-    });
-  }
-  for (auto& t : workers) t.join();
-  if (failed) return first_error;
+  XSILO_RETURN_IF_ERROR(ParallelForEach(n_parts, args.connections, put_part));
 
   Call done;
   done.method = "POST";

@@ -215,13 +215,14 @@ RunResult RunOne(const E2eArgs& a, const E2eBackend& b, const std::string& tier,
       t << "local_steps = " << a.local_steps << "\n";
     else
       t << "local_epochs = " << a.local_epochs << "\n";
-    t << "quorum = " << Quote(std::to_string(a.clients)) << "\n"
-      << "round_deadline_s = " << static_cast<int64_t>(a.timeout_s) << "\n"
-      // The final evaluation broadcasts the model once more: on a slow link
-      // a Big model takes minutes, far past the 60 s default.
-      << "finish_deadline_s = " << static_cast<int64_t>(a.timeout_s) << "\n"
-      << "send_timeout_s = " << static_cast<int64_t>(a.timeout_s) << "\n"
-      << "idle_timeout_s = " << static_cast<int64_t>(a.timeout_s) << "\n";
+    t << "quorum = " << Quote(std::to_string(a.clients)) << "\n";
+    // Every deadline is the job's timeout, the final evaluation's too: it
+    // broadcasts the model once more, which for Big on a slow link takes
+    // minutes, far past its 60 s default.
+    for (const char* k :
+         {"round_deadline_s", "finish_deadline_s", "send_timeout_s", "idle_timeout_s"}) {
+      t << k << " = " << static_cast<int64_t>(a.timeout_s) << "\n";
+    }
   }
   const std::string exe = SelfExe();
   const fs::path report = dir / "server.json";
