@@ -33,6 +33,10 @@ PACKAGES=(
   nodejs
   # `xsilo bench plot` (scripts/plot_p2p.py)
   python3-matplotlib
+  # the Python module (python/): pybind11, DLPack, and what its tests and
+  # example use (Debian's torch, numpy, pytest)
+  python3-dev pybind11-dev python3-pybind11 libdlpack-dev python3-numpy python3-torch
+  python3-pytest python3-pytest-timeout
 )
 # Debian's npm, unless an npm is already there (NodeSource's nodejs bundles
 # one and conflicts with Debian's npm package).

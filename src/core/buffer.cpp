@@ -92,6 +92,11 @@ Buffer Buffer::CopyFrom(const void* data, uint64_t size) {
   return std::move(r).value();
 }
 
+std::span<const uint8_t> Buffer::storage_span() const {
+  if (!storage_) return {};
+  return {static_cast<const uint8_t*>(storage_->base), static_cast<size_t>(storage_->length)};
+}
+
 Buffer Buffer::Wrap(void* data, uint64_t size, std::function<void()> release) {
   auto storage = std::make_shared<Storage>();
   storage->kind = Storage::Kind::kWrapped;

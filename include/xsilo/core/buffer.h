@@ -62,6 +62,9 @@ class Buffer {
   bool SharesStorageWith(const Buffer& other) const {
     return storage_ != nullptr && storage_ == other.storage_;
   }
+  // The whole storage this view lies in (base and length; empty for a
+  // default Buffer). For checks that a view shares a received buffer.
+  std::span<const uint8_t> storage_span() const;
   bool IsAligned(uint64_t alignment = kBufferAlignment) const {
     return reinterpret_cast<uintptr_t>(data_) % alignment == 0;
   }

@@ -1,0 +1,123 @@
+"""FedAvg with Python trainers: the example end to end, and trainer errors."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+import xsilo
+import xsilo.fl
+
+SOURCE = os.environ.get("XSILO_SOURCE_DIR",
+                        os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+EXAMPLE = os.path.join(SOURCE, "examples", "python", "fedavg_torch.py")
+
+
+def test_example_fedavg_torch_runs_and_the_loss_falls(tmp_path):
+    out = tmp_path / "job.json"
+    proc = subprocess.run([sys.executable, EXAMPLE, "--clients", "3", "--rounds", "3",
+                           "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job = json.loads(out.read_text())
+    assert job["transport"] == "grpc+s3"
+    rounds = job["rounds"]
+    assert len(rounds) == 3 and all(r["completed"] and r["received"] == 3 for r in rounds)
+    assert all(r["bytes_sent"] > 0 and r["bytes_received"] > 0 for r in rounds)
+    assert job["final"]["clients"] == 3
+    # Round 1 evaluates the initial model; the final evaluation the trained one.
+    assert job["final"]["loss"] < 0.5 * rounds[0]["eval_loss"]
+    assert job["final"]["accuracy"] > rounds[0]["eval_accuracy"]
+
+
+class CountingTrainer(xsilo.fl.Trainer):
+    """Parameters: one float32 vector; training adds the rank to it."""
+
+    def __init__(self, rank, fail=None):
+        super().__init__()
+        self.rank = rank
+        self.w = torch.zeros(4)
+        self.fail = fail
+
+    def get_parameters(self):
+        return {"w": self.w.clone()}
+
+    def set_parameters(self, tensors):
+        self.w = tensors["w"].torch().clone()
+
+    def train(self, epochs, steps):
+        if self.fail == "raise":
+            raise RuntimeError("boom in train")
+        if self.fail == "bad-result":
+            return {"loss": 1.0}
+        self.w += self.rank
+        return {"samples": self.rank, "loss": float(self.rank)}
+
+    def evaluate(self):
+        return {"loss": 1.0, "accuracy": 0.5, "samples": 1}
+
+
+def run_job(fabric, trainers, **server_args):
+    """Server and clients in this process, one thread each. A client whose
+    trainer fails never answers: the round then closes at its deadline with
+    the others (quorum), and finish=False spares the final evaluation."""
+    world = len(trainers) + 1
+    ts = [xsilo.Transport("inproc", rank=r, world_size=world, address=fabric)
+          for r in range(world)]
+    for t in ts:
+        t.start()
+    results = {}
+
+    def client(r):
+        try:
+            results[r] = xsilo.fl.run_client(ts[r], trainers[r - 1], idle_timeout=60)
+        except xsilo.Error as e:
+            results[r] = e
+
+    threads = [threading.Thread(target=client, args=(r,)) for r in range(1, world)]
+    for th in threads:
+        th.start()
+    try:
+        job = xsilo.fl.run_server(ts[0], {"w": torch.zeros(4)}, **server_args)
+    except xsilo.Error as e:
+        job = e
+    for t in ts:
+        t.stop()
+    for th in threads:
+        th.join()
+    return job, results
+
+
+def test_python_trainers_are_averaged_by_sample_count():
+    job, results = run_job("fl-avg", [CountingTrainer(1), CountingTrainer(2)], rounds=2)
+    # Each round: client r returns w + r with weight r -> w += (1*1 + 2*2) / 3.
+    assert torch.allclose(job["model"]["w"].torch(), torch.full((4,), 2 * 5 / 3))
+    assert all(results[r]["finished"] and results[r]["rounds_trained"] == 2 for r in (1, 2))
+
+
+def test_a_trainer_exception_fails_that_client_with_its_text():
+    job, results = run_job("fl-raise", [CountingTrainer(1), CountingTrainer(2, fail="raise")],
+                           rounds=1, quorum=1, round_deadline=10, finish=False)
+    assert isinstance(results[2], xsilo.InternalError)
+    assert "boom in train" in str(results[2])
+    assert job["rounds"][0]["contributors"] == [1]
+
+
+def test_a_malformed_train_result_is_invalid_argument():
+    job, results = run_job("fl-bad", [CountingTrainer(1), CountingTrainer(2, fail="bad-result")],
+                           rounds=1, quorum=1, round_deadline=10, finish=False)
+    assert isinstance(results[2], xsilo.InvalidArgumentError)
+    assert "samples" in str(results[2])
+
+
+def test_bad_server_arguments_are_value_errors():
+    t = xsilo.Transport("inproc", rank=0, world_size=2, address="fl-args")
+    with pytest.raises(ValueError, match="quorum"):
+        xsilo.fl.run_server(t, {"w": torch.zeros(1)}, quorum=1.5)
+    with pytest.raises(ValueError, match="round_deadline"):
+        xsilo.fl.run_server(t, {"w": torch.zeros(1)}, round_deadline=0)
+    with pytest.raises(ValueError, match="Trainer"):
+        xsilo.fl.run_client(t, object())
