@@ -1,7 +1,9 @@
 # make run   install dependencies, build, run the main job
 # make test  install dependencies, build, run every test (unit, conformance,
 #            fuzz smoke run, AddressSanitizer run)
-# make fuzz  longer fuzzing of the wire-format decoder (FUZZ_RUNS=...)
+# make fuzz  fuzz every parser of untrusted input FUZZ_RUNS times each
+#            (wire-format decoder, tensorpipe descriptor, grpc reassembly,
+#            S3 HTTP head, SigV4, S3 XML, TOML job file)
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -9,6 +11,9 @@ FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 FUZZ_RUNS  ?= 200000
 CTEST_JOBS ?= 2
+# Fuzzers with a seed corpus in fuzz/seeds/<name without fuzz_> and, for
+# some, a dictionary in fuzz/dicts/<name without fuzz_>.dict.
+PARSER_FUZZERS = fuzz_grpc_reassembly fuzz_s3_http fuzz_s3_sigv4 fuzz_s3_xml fuzz_toml_config
 
 .PHONY: all deps build run test unit asan fuzz fuzz-build format clean
 
@@ -40,7 +45,8 @@ asan: deps
 fuzz-build: deps
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DXSILO_FUZZ=ON -DXSILO_BUILD_TESTS=OFF -DXSILO_BUILD_TOOLS=OFF
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_decode fuzz_seeds fuzz_tensorpipe_descriptor
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_decode fuzz_seeds fuzz_tensorpipe_descriptor \
+	  $(PARSER_FUZZERS)
 
 fuzz: fuzz-build
 	mkdir -p $(FUZZ_BUILD)/corpus
@@ -49,6 +55,13 @@ fuzz: fuzz-build
 	  $(FUZZ_BUILD)/corpus
 	$(FUZZ_BUILD)/fuzz/fuzz_tensorpipe_descriptor -runs=$(FUZZ_RUNS) -max_len=4096 \
 	  -rss_limit_mb=2048
+	for f in $(PARSER_FUZZERS); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus-$$f && \
+	  dict=fuzz/dicts/$${f#fuzz_}.dict; \
+	  $(FUZZ_BUILD)/fuzz/$$f -runs=$(FUZZ_RUNS) -max_len=8192 -rss_limit_mb=2048 \
+	    $$( [ -f $$dict ] && echo -dict=$$dict ) \
+	    $(FUZZ_BUILD)/corpus-$$f fuzz/seeds/$${f#fuzz_} || exit 1; \
+	done
 
 test: unit asan
 	$(MAKE) fuzz FUZZ_RUNS=$(FUZZ_RUNS)

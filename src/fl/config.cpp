@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -198,10 +199,12 @@ std::string Config::ToText(const ConfigValue& v) {
   struct {
     std::string operator()(const std::string& s) const { return s; }
     std::string operator()(int64_t i) const { return std::to_string(i); }
+    // Shortest text that reads back as the same double: a pass-through
+    // option must reach the transport unchanged (1048576.5 is not 1.04858e+06).
     std::string operator()(double d) const {
-      std::ostringstream o;
-      o << d;
-      return o.str();
+      char buf[64];
+      auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), d);
+      return ec == std::errc() ? std::string(buf, end) : std::string("nan");
     }
     std::string operator()(bool b) const { return b ? "true" : "false"; }
   } visitor;
@@ -218,7 +221,7 @@ Status ParseQuorum(std::string_view text, ServerOptions& options) {
   if (!percent && s.find_first_of(".eE") == std::string::npos) {
     int64_t n = 0;
     auto [p, ec] = std::from_chars(b, e, n);
-    if (ec != std::errc() || p != e || n < 1) {
+    if (ec != std::errc() || p != e || n < 1 || n > std::numeric_limits<uint32_t>::max()) {
       return InvalidArgument("quorum '" + std::string(text) + "': a count >= 1 or a fraction");
     }
     options.quorum_count = static_cast<uint32_t>(n);
@@ -278,7 +281,21 @@ Result<JobConfig> ReadJobConfig(const Config& c) {
       return InvalidArgument("unknown config key '" + key + "'");
     }
   }
-  auto secs = [](double s) { return Duration(static_cast<int64_t>(std::llround(s * 1000))); };
+  // Seconds as a Duration: finite, positive and at most kMaxSeconds, so
+  // the conversion to milliseconds can neither overflow nor round to 0.
+  constexpr double kMaxSeconds = 1e9;  // ~31 years
+  auto secs = [](const char* key, double s) -> Result<Duration> {
+    if (!(s >= 0.001 && s <= kMaxSeconds)) {
+      return InvalidArgument(std::string("config key '") + key +
+                             "' must be a number of seconds in [0.001, 1e9]");
+    }
+    return Duration(static_cast<int64_t>(std::llround(s * 1000)));
+  };
+  auto fits_u32 = [](const char* key, int64_t v) -> Status {
+    if (v > std::numeric_limits<uint32_t>::max())
+      return InvalidArgument(std::string("config key '") + key + "' is too large");
+    return Status::OK();
+  };
   auto non_negative = [](const char* key, int64_t v) -> Status {
     if (v < 0) return InvalidArgument(std::string("config key '") + key + "' must be >= 0");
     return Status::OK();
@@ -288,12 +305,13 @@ Result<JobConfig> ReadJobConfig(const Config& c) {
   XSILO_ASSIGN_OR_RETURN(t.address, c.String("transport.address", t.address));
   XSILO_ASSIGN_OR_RETURN(int64_t rank, c.Int("transport.rank", t.rank));
   XSILO_ASSIGN_OR_RETURN(int64_t world, c.Int("transport.world_size", 8));
-  if (world < 2 || world > 1 << 20) return InvalidArgument("transport.world_size must be >= 2");
+  if (world < 2 || world > 1 << 20)
+    return InvalidArgument("transport.world_size must be in [2, 1048576]");
   if (rank < 0 || rank >= world) return InvalidArgument("transport.rank outside the world");
   t.rank = static_cast<int32_t>(rank);
   t.world_size = static_cast<int32_t>(world);
   XSILO_ASSIGN_OR_RETURN(double connect, c.Double("transport.connect_timeout_s", 60));
-  t.connect_timeout = secs(connect);
+  XSILO_ASSIGN_OR_RETURN(t.connect_timeout, secs("transport.connect_timeout_s", connect));
   XSILO_ASSIGN_OR_RETURN(int64_t queue, c.Int("transport.receive_queue_capacity", 64));
   XSILO_RETURN_IF_ERROR(non_negative("transport.receive_queue_capacity", queue));
   t.receive_queue_capacity = static_cast<size_t>(queue);
@@ -319,6 +337,11 @@ Result<JobConfig> ReadJobConfig(const Config& c) {
                       {"fl.aggregation_threads", agg_threads}}) {
     XSILO_RETURN_IF_ERROR(non_negative(k, v));
   }
+  for (auto [k, v] : {std::pair{"fl.clients_per_round", per_round},
+                      {"fl.max_failed_rounds", max_failed},
+                      {"fl.aggregation_threads", agg_threads}}) {
+    XSILO_RETURN_IF_ERROR(fits_u32(k, v));
+  }
   s.rounds = static_cast<uint64_t>(rounds);
   s.clients_per_round = static_cast<uint32_t>(per_round);
   // Epochs chosen alone replace the default steps.
@@ -337,13 +360,10 @@ Result<JobConfig> ReadJobConfig(const Config& c) {
   XSILO_ASSIGN_OR_RETURN(double finish, c.Double("fl.finish_deadline_s", 60));
   XSILO_ASSIGN_OR_RETURN(double idle, c.Double("fl.idle_timeout_s", 3600));
   XSILO_ASSIGN_OR_RETURN(double send, c.Double("fl.send_timeout_s", 600));
-  if (!(deadline > 0 && finish > 0 && idle > 0 && send > 0)) {
-    return InvalidArgument("deadlines and timeouts must be > 0");
-  }
-  s.round_deadline = secs(deadline);
-  s.finish_deadline = secs(finish);
-  j.client.idle_timeout = secs(idle);
-  j.client.send_timeout = secs(send);
+  XSILO_ASSIGN_OR_RETURN(s.round_deadline, secs("fl.round_deadline_s", deadline));
+  XSILO_ASSIGN_OR_RETURN(s.finish_deadline, secs("fl.finish_deadline_s", finish));
+  XSILO_ASSIGN_OR_RETURN(j.client.idle_timeout, secs("fl.idle_timeout_s", idle));
+  XSILO_ASSIGN_OR_RETURN(j.client.send_timeout, secs("fl.send_timeout_s", send));
   j.client.default_work = s.local_work;
 
   MlpOptions& m = j.mlp;

@@ -16,6 +16,7 @@
 #include "s3/errors.h"
 #include "s3/sigv4.h"
 #include "s3/xml.h"
+#include "s3/xml_bodies.h"
 #include "xsilo/core/base64.h"
 
 namespace xsilo {
@@ -327,12 +328,6 @@ s3::Md5Digest Md5Of(const GatherList& g) {
 std::time_t ParseHttpDate(const std::string& s) {
   std::tm tm{};
   if (!strptime(s.c_str(), "%a, %d %b %Y %H:%M:%S", &tm)) return 0;
-  return timegm(&tm);
-}
-
-std::time_t ParseIsoDate(const std::string& s) {
-  std::tm tm{};
-  if (!strptime(s.c_str(), "%Y-%m-%dT%H:%M:%S", &tm)) return 0;
   return timegm(&tm);
 }
 
@@ -938,29 +933,7 @@ Result<ListObjectsResult> S3Client::ListObjects(const ListObjectsArgs& args) {
     if (!token.empty()) c.query.emplace_back("continuation-token", token);
     Reply r;
     XSILO_RETURN_IF_ERROR(impl_->Execute(c, &r));
-    const std::string& doc = r.text;
-    if (doc.find("<ListBucketResult") == std::string::npos) {
-      return Internal("ListObjectsV2: unexpected response body");
-    }
-    bool url_encoded = s3::XmlText(doc, "EncodingType").value_or("") == "url";
-    auto decode = [&](const std::string& s) {
-      std::string d;
-      return url_encoded && s3::UriDecode(s, &d) ? d : s;
-    };
-    s3::XmlForEach(doc, "Contents", [&](std::string_view item) {
-      S3ObjectInfo info;
-      info.key = decode(s3::XmlText(item, "Key").value_or(""));
-      std::string size = s3::XmlText(item, "Size").value_or("0");
-      info.size = std::strtoull(size.c_str(), nullptr, 10);
-      info.etag = s3::XmlText(item, "ETag").value_or("");
-      info.last_modified = ParseIsoDate(s3::XmlText(item, "LastModified").value_or(""));
-      out.objects.push_back(std::move(info));
-    });
-    s3::XmlForEach(doc, "CommonPrefixes", [&](std::string_view item) {
-      out.common_prefixes.push_back(decode(s3::XmlText(item, "Prefix").value_or("")));
-    });
-    out.truncated = s3::XmlText(doc, "IsTruncated").value_or("false") == "true";
-    out.next_continuation_token = s3::XmlText(doc, "NextContinuationToken").value_or("");
+    XSILO_RETURN_IF_ERROR(s3::ParseListObjectsV2(r.text, &out));
     if (!args.fetch_all || !out.truncated || out.next_continuation_token.empty()) break;
     token = out.next_continuation_token;
   }

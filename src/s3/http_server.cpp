@@ -1,4 +1,5 @@
 #include "s3/http_server.h"
+#include "s3/http_parse.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -201,7 +202,7 @@ class ConnBodyReader : public BodyReader {
   bool expect_continue_;
 };
 
-enum class ParseResult { kOk, kBad, kTooLarge };
+}  // namespace
 
 ParseResult ParseHead(std::string_view head, HttpRequest* req, std::string* why) {
   size_t eol = head.find("\r\n");
@@ -282,6 +283,8 @@ ParseResult ParseHead(std::string_view head, HttpRequest* req, std::string* why)
   }
   return ParseResult::kOk;
 }
+
+namespace {
 
 void SetSocketTimeouts(int fd, std::chrono::milliseconds t) {
   timeval tv{};

@@ -17,6 +17,7 @@
 #include "s3/object_store.h"
 #include "s3/sigv4.h"
 #include "s3/xml.h"
+#include "s3/xml_bodies.h"
 #include "xsilo/core/base64.h"
 #include "xsilo/s3/errors.h"
 
@@ -749,21 +750,12 @@ Status S3Server::Impl::UploadPart(Ctx& c) {
 Status S3Server::Impl::CompleteUpload(Ctx& c) {
   const std::string& id = *c.Query("uploadId");
   XSILO_ASSIGN_OR_RETURN(Buffer body, ReadBody(c, kMaxXmlBody, nullptr));
-  std::vector<std::pair<int, std::string>> listed;
-  bool malformed = false;
-  s3::XmlForEach(body.view(), "Part", [&](std::string_view part) {
-    auto num = s3::XmlText(part, "PartNumber");
-    auto etag = s3::XmlText(part, "ETag");
-    if (!num || !etag || num->empty() || num->size() > 5 ||
-        !std::all_of(num->begin(), num->end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
-      malformed = true;
-      return;
-    }
-    listed.emplace_back(std::stoi(*num), StripQuotes(*etag));
-  });
-  if (malformed || listed.empty()) {
+  auto parsed = s3::ParseCompleteMultipartUpload(body.view());
+  if (!parsed.ok()) {
     return S3Error("MalformedXML", "The XML you provided was not well-formed or did not validate.");
   }
+  std::vector<std::pair<int, std::string>> listed;
+  for (auto& p : *parsed) listed.emplace_back(p.number, std::move(p.etag));
   StoredObject obj;
   {
     std::lock_guard<std::mutex> lock(uploads_mu);

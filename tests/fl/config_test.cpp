@@ -100,6 +100,38 @@ TEST(Config, UnknownKeysAndBadValuesAreErrors) {
   EXPECT_EQ(epochs->server.local_work.steps, 0u);
 }
 
+// Found by fuzz/fuzz_toml_config: a float passed through to the transport
+// was printed with 6 digits (1048576.5 reached it as "1.04858e+06").
+TEST(Config, PassThroughFloatsKeepEveryDigit) {
+  auto job = ReadJobConfig(*Config::Parse("[backend]\nx = 1048576.5\ny = 0.1\nz = 5e-324\n"));
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->transport_options.backend.at("x"), "1048576.5");
+  EXPECT_EQ(job->transport_options.backend.at("y"), "0.1");
+  EXPECT_EQ(job->transport_options.backend.at("z"), "5e-324");
+}
+
+// Seen reading the loader, then checked by fuzz/fuzz_toml_config's
+// invariants on these inputs: timeouts were converted without a range
+// check (1e300 s overflowed to a negative Duration, -1 s and 0 s were
+// taken), and counts were narrowed to 32 bits (4294967297 clients per
+// round became 1).
+TEST(Config, TimeoutsAndCountsOutOfRangeAreErrors) {
+  for (const char* bad :
+       {"[transport]\nconnect_timeout_s = 1e300\n", "[transport]\nconnect_timeout_s = -1\n",
+        "[transport]\nconnect_timeout_s = 0\n", "[transport]\nconnect_timeout_s = nan\n",
+        "[fl]\nround_deadline_s = inf\n", "[fl]\nsend_timeout_s = 1e10\n",
+        "[fl]\nclients_per_round = 4294967297\n", "[fl]\naggregation_threads = 4294967296\n",
+        "[fl]\nmax_failed_rounds = 4294967297\n", "[fl]\nquorum = 4294967297\n"}) {
+    auto job = ReadJobConfig(*Config::Parse(bad));
+    EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+  auto edge = ReadJobConfig(*Config::Parse(
+      "[transport]\nconnect_timeout_s = 1e9\n[fl]\nclients_per_round = 4294967295\n"));
+  ASSERT_TRUE(edge.ok()) << edge.status().ToString();
+  EXPECT_EQ(edge->transport_options.connect_timeout.count(), int64_t{1000000000000});
+  EXPECT_EQ(edge->server.clients_per_round, 4294967295u);
+}
+
 TEST(Quorum, CountOrFraction) {
   ServerOptions o;
   ASSERT_TRUE(ParseQuorum("5", o).ok());
@@ -112,7 +144,7 @@ TEST(Quorum, CountOrFraction) {
   EXPECT_DOUBLE_EQ(o.quorum_fraction, 1.0);
   ASSERT_TRUE(ParseQuorum("50%", o).ok());
   EXPECT_DOUBLE_EQ(o.quorum_fraction, 0.5);
-  for (const char* bad : {"0", "-2", "0.0", "1.5", "abc", "", "120%"}) {
+  for (const char* bad : {"0", "-2", "0.0", "1.5", "abc", "", "120%", "4294967296"}) {
     EXPECT_FALSE(ParseQuorum(bad, o).ok()) << bad;
   }
 }

@@ -152,13 +152,18 @@ class GrpcTransport final : public Transport {
   }
 
   void Stop() override {
+    bool started;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopped_) return;
       stopped_ = true;
+      started = started_;
     }
-    stopping_.store(true);
+    // From here on new sends fail and arrivals are refused ("receiver
+    // stopped"); what was already sent or received is settled by the drain.
     CloseInbox();
+    if (started && g_.drain_ms > 0) Drain();
+    stopping_.store(true);
     wake_.notify_all();
     arrivals_cv_.notify_all();
     for (auto& l : links_) {
@@ -240,6 +245,7 @@ class GrpcTransport final : public Transport {
     return Status::OK();
   }
   bool stopping() const { return stopping_.load(); }
+  void Drain();
 
   Status StartServer();
   Status StartClient();
@@ -268,6 +274,7 @@ class GrpcTransport final : public Transport {
   std::condition_variable wake_;  // Start waiting for the first session, backoff sleeps
   bool started_ = false, stopped_ = false;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> draining_{false};  // Stop is draining: the client does not reconnect
 
   // Server.
   std::unique_ptr<grpclink::Link::Service> service_;
@@ -298,6 +305,23 @@ class LinkService final : public grpclink::Link::Service {
  private:
   GrpcTransport* t_;
 };
+
+// Clean stop (docs/transport-grpc.md, "Stop"): every link refuses the
+// peer's chunks from now on, waits for the outcomes of our messages and
+// writes the outcomes we owe, says Goodbye on each stream, and waits for
+// the peer to end the session. All links share one deadline.
+void GrpcTransport::Drain() {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(g_.drain_ms);
+  draining_.store(true);
+  for (auto& l : links_) {
+    if (l) l->BeginDrain();
+  }
+  std::vector<PeerLink*> said_goodbye;
+  for (auto& l : links_) {
+    if (l && l->Drain(deadline)) said_goodbye.push_back(l.get());
+  }
+  for (PeerLink* l : said_goodbye) l->WaitBroken(deadline);
+}
 
 void GrpcTransport::StartWorkers() {
   delivery_thread_ = std::thread([this] { DeliveryLoop(); });
@@ -462,7 +486,7 @@ void GrpcTransport::SessionLoop() {
   while (!stopping()) {
     bool was_up = false;
     Status s = RunSession(&was_up);
-    if (stopping()) break;
+    if (stopping() || draining_.load()) break;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!s.ok()) session_error_ = s;

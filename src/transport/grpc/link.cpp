@@ -72,6 +72,7 @@ Status PeerLink::Attach(uint64_t session, int stream_count, StreamSlot* slot) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return Cancelled("transport stopped");
+    if (draining_ && session != session_) return Cancelled("transport stopping");
     if (stream_count < 1 || slot->index < 0 || slot->index >= stream_count)
       return InvalidArgument("stream " + std::to_string(slot->index) + " of " +
                              std::to_string(stream_count));
@@ -83,6 +84,7 @@ Status PeerLink::Attach(uint64_t session, int stream_count, StreamSlot* slot) {
       broken_ = false;
       stream_count_ = stream_count;
       attached_ = 0;
+      goodbyes_heard_ = 0;
       slots_.assign(static_cast<size_t>(stream_count), nullptr);
       reassembler_ = Reassembler(config_.limits, stream_count);
       in_flight_ = 0;
@@ -102,6 +104,8 @@ Status PeerLink::Attach(uint64_t session, int stream_count, StreamSlot* slot) {
       slots_[static_cast<size_t>(slot->index)] = slot;
       slot->session = session;
       slot->dead = false;
+      slot->said_goodbye = false;
+      slot->heard_goodbye = false;
       ++attached_;
     }
   }
@@ -193,9 +197,17 @@ void PeerLink::WriterLoop(StreamSlot* slot) {
     uint64_t offset = 0, len = 0;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return slot->dead || !control_.empty() || CanDispatchLocked(); });
+      // After the Goodbye nothing more is written on this stream.
+      cv_.wait(lock, [&] {
+        return slot->dead ||
+               (goodbye_ ? !slot->said_goodbye : !control_.empty() || CanDispatchLocked());
+      });
       if (slot->dead) return;
-      if (!control_.empty()) {
+      ++writing_;
+      if (goodbye_) {
+        slot->said_goodbye = true;
+        control_frame.mutable_goodbye();
+      } else if (!control_.empty()) {
         *control_frame.mutable_ack() = std::move(control_.front());
         control_.pop_front();
       } else {
@@ -227,6 +239,11 @@ void PeerLink::WriterLoop(StreamSlot* slot) {
     } else {
       ok = slot->write(control_frame);
     }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --writing_;
+    }
+    cv_.notify_all();
     if (!ok) {
       Break(slot->session, Unavailable("connection to peer " + std::to_string(config_.peer) +
                                        " lost before delivery was confirmed"));
@@ -241,8 +258,13 @@ bool PeerLink::OnFrame(StreamSlot* slot, const Frame& frame) {
     std::vector<Reassembled> ready;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (slot->dead || slot->session != session_) return false;
+      if (slot->dead || slot->session != session_ || slot->heard_goodbye) return false;
       const auto& d = c.data();
+      if (draining_) {
+        RefuseWhileDrainingLocked(c.message_id(), d.size());
+        cv_.notify_all();
+        return true;
+      }
       Status s = reassembler_.OnChunk(
           slot->index, c.message_id(), c.offset(), c.total(),
           std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(d.data()), d.size()), &ready);
@@ -268,7 +290,7 @@ bool PeerLink::OnFrame(StreamSlot* slot, const Frame& frame) {
     SendCallback done;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (slot->dead || slot->session != session_) return false;
+      if (slot->dead || slot->session != session_ || slot->heard_goodbye) return false;
       in_flight_ -= std::min(in_flight_, a.credit());
       if (a.message_id() != 0) {
         auto it = sent_.find(a.message_id());
@@ -283,7 +305,74 @@ bool PeerLink::OnFrame(StreamSlot* slot, const Frame& frame) {
     if (done) done(AckStatus(a));
     return true;
   }
+  if (frame.has_goodbye()) {
+    // Every stream is ordered and the peer wrote its Goodbye on each one
+    // after all the outcomes it owed us: once the last one is in, nothing
+    // more will come, and what the peer has not acked it did not deliver.
+    Failures failures;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (slot->dead || slot->session != session_ || slot->heard_goodbye) return false;
+      slot->heard_goodbye = true;
+      if (++goodbyes_heard_ < stream_count_) return true;
+      BreakLocked(
+          Unavailable("peer " + std::to_string(config_.peer) + " stopped; message not delivered"),
+          &failures);
+    }
+    cv_.notify_all();
+    Fire(failures);
+    return true;
+  }
   return false;  // Hello / HelloAck after the handshake, or an empty frame
+}
+
+// While draining, a chunk is not assembled: its message is refused once
+// (the sender's callback fires with Cancelled, "not delivered") and its
+// bytes are credited back so the sender's other messages are not held up
+// by flow control on their way to the same refusal.
+void PeerLink::RefuseWhileDrainingLocked(uint64_t message_id, uint64_t bytes) {
+  owed_credit_ += bytes;
+  if (goodbye_) return;  // nothing more is written; our Goodbye says it all
+  Ack a;
+  if (message_id != last_refused_) {
+    last_refused_ = message_id;
+    a = OutcomeAck(message_id, Cancelled("receiver stopped; message not delivered"));
+  } else if (owed_credit_ < std::max<uint64_t>(config_.window_bytes / 4, 1)) {
+    return;
+  }
+  a.set_credit(owed_credit_);
+  owed_credit_ = 0;
+  control_.push_back(std::move(a));
+}
+
+bool PeerLink::DrainedLocked() const {
+  return attached_ == stream_count_ && queue_.empty() && !current_ && sent_.empty() &&
+         undelivered_ == 0 && control_.empty() && writing_ == 0;
+}
+
+void PeerLink::BeginDrain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  draining_ = true;
+}
+
+bool PeerLink::Drain(Clock::time_point deadline) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    draining_ = true;
+    if (closed_ || broken_) return false;
+    const uint64_t session = session_;
+    cv_.wait_until(lock, deadline,
+                   [&] { return broken_ || session_ != session || DrainedLocked(); });
+    if (broken_ || session_ != session || !DrainedLocked()) return false;
+    goodbye_ = true;
+  }
+  cv_.notify_all();
+  return true;
+}
+
+bool PeerLink::WaitBroken(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_until(lock, deadline, [&] { return broken_ || closed_; });
 }
 
 void PeerLink::OnDelivered(uint64_t session, uint64_t message_id, const Status& outcome) {
@@ -291,6 +380,7 @@ void PeerLink::OnDelivered(uint64_t session, uint64_t message_id, const Status& 
     std::lock_guard<std::mutex> lock(mu_);
     if (session != session_ || broken_) return;
     if (undelivered_ > 0) --undelivered_;
+    if (goodbye_) return;
     Ack a = OutcomeAck(message_id, outcome);
     if (undelivered_ == 0) {
       a.set_credit(owed_credit_);
@@ -306,10 +396,14 @@ void PeerLink::Close(const Status& why) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     closed_ = true;
-    if (!broken_) BreakLocked(why, &failures);
+    // A message with chunks out may or may not have arrived; say which kind
+    // of failure this is.
+    const Status unconfirmed(why.code(), why.message() + " before peer " +
+                                             std::to_string(config_.peer) + " confirmed delivery");
+    if (!broken_) BreakLocked(unconfirmed, &failures);
     for (auto& o : queue_) failures.emplace_back(std::move(o->done), why);
     queue_.clear();
-    for (auto& [id, o] : sent_) failures.emplace_back(std::move(o->done), why);
+    for (auto& [id, o] : sent_) failures.emplace_back(std::move(o->done), unconfirmed);
     sent_.clear();
     current_.reset();
     for (StreamSlot* s : slots_) {

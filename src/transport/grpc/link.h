@@ -36,7 +36,10 @@ struct StreamSlot {
   uint64_t session = 0;
   std::function<bool(const Frame&)> write;
   std::function<void()> cancel;
-  bool dead = false;  // guarded by the owning link's mutex
+  // Guarded by the owning link's mutex.
+  bool dead = false;
+  bool said_goodbye = false;   // our Goodbye went out on this stream
+  bool heard_goodbye = false;  // the peer's Goodbye came in on this stream
 };
 
 // One message queued for one peer. A broadcast's Outgoings share `frame`.
@@ -106,6 +109,19 @@ class PeerLink {
   // The delivery thread reports the outcome of an arrival.
   void OnDelivered(uint64_t session, uint64_t message_id, const Status& outcome);
 
+  // Clean stop, step 1 (docs/transport-grpc.md, "Stop"): from now on
+  // chunks of the peer are refused (a Cancelled outcome, "not delivered")
+  // instead of assembled. Waits until `deadline` for every message of ours
+  // to have its outcome and every outcome we owe the peer to be written;
+  // then every stream ends with a Goodbye and Drain returns true. False if
+  // the deadline passed or no session is up (nothing is said then).
+  bool Drain(Clock::time_point deadline);
+  // Step 1 without the wait: refuse the peer's chunks from now on.
+  void BeginDrain();
+  // Clean stop, step 2: waits until `deadline` for the peer to end the
+  // session (it does once our Goodbye arrived on every stream).
+  bool WaitBroken(Clock::time_point deadline);
+
   // Ends the session and fails every pending message with `why`; later
   // Enqueues fail with Cancelled.
   void Close(const Status& why);
@@ -120,16 +136,22 @@ class PeerLink {
   void BreakLocked(const Status& why, Failures* failures);
   static void Fire(Failures& failures);
 
+  bool DrainedLocked() const;
+  void RefuseWhileDrainingLocked(uint64_t message_id, uint64_t bytes);
+
   const LinkConfig config_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool closed_ = false;
+  bool draining_ = false;  // Drain began: the peer's chunks are refused
+  bool goodbye_ = false;   // Drain finished: writers say Goodbye, then nothing
 
   // Session.
   uint64_t session_ = 0;
   bool broken_ = true;  // no session yet
   int stream_count_ = 0;
   int attached_ = 0;
+  int goodbyes_heard_ = 0;
   std::vector<StreamSlot*> slots_;
 
   // Send side.
@@ -139,11 +161,13 @@ class PeerLink {
   uint64_t next_id_ = 1;
   uint64_t in_flight_ = 0;  // bytes sent and not yet credited back
   std::deque<Ack> control_;
+  int writing_ = 0;  // writers in the middle of a write
 
   // Receive side.
   Reassembler reassembler_;
-  uint64_t owed_credit_ = 0;  // bytes consumed, not yet credited to the peer
-  uint64_t undelivered_ = 0;  // arrivals handed to the sink, not yet delivered
+  uint64_t owed_credit_ = 0;   // bytes consumed, not yet credited to the peer
+  uint64_t undelivered_ = 0;   // arrivals handed to the sink, not yet delivered
+  uint64_t last_refused_ = 0;  // while draining: the last message id refused
 };
 
 }  // namespace xsilo::grpclink

@@ -15,9 +15,10 @@ Result<int64_t> Ranged(const TransportOptions& o, const std::string& key, int64_
 }  // namespace
 
 Result<GrpcOptions> ParseGrpcOptions(const TransportOptions& o) {
-  XSILO_RETURN_IF_ERROR(CheckBackendKeys(
-      o, {"mode", "chunk_bytes", "window_bytes", "streams", "tls_ca", "tls_cert", "tls_key",
-          "tls_server_name", "token", "keepalive_ms", "initial_backoff_ms", "max_backoff_ms"}));
+  XSILO_RETURN_IF_ERROR(
+      CheckBackendKeys(o, {"mode", "chunk_bytes", "window_bytes", "streams", "tls_ca", "tls_cert",
+                           "tls_key", "tls_server_name", "token", "keepalive_ms",
+                           "initial_backoff_ms", "max_backoff_ms", "drain_ms"}));
   GrpcOptions g;
   g.mode = BackendString(o, "mode", g.mode);
   if (g.mode != "stream" && g.mode != "unary")
@@ -29,6 +30,7 @@ Result<GrpcOptions> ParseGrpcOptions(const TransportOptions& o) {
   XSILO_ASSIGN_OR_RETURN(g.keepalive_ms, Ranged(o, "keepalive_ms", 20000, 10, 3600000));
   XSILO_ASSIGN_OR_RETURN(g.initial_backoff_ms, Ranged(o, "initial_backoff_ms", 100, 1, 600000));
   XSILO_ASSIGN_OR_RETURN(g.max_backoff_ms, Ranged(o, "max_backoff_ms", 5000, 1, 3600000));
+  XSILO_ASSIGN_OR_RETURN(g.drain_ms, Ranged(o, "drain_ms", 5000, 0, 600000));
   g.chunk_bytes = static_cast<uint64_t>(chunk);
   g.window_bytes = static_cast<uint64_t>(window);
   g.streams = static_cast<int>(streams);

@@ -42,6 +42,13 @@ struct GrpcOptions {
   // +-20% jitter. Defaults 100 ms and 5000 ms.
   int64_t initial_backoff_ms = 100;
   int64_t max_backoff_ms = 5000;
+  // How long Stop waits, at most, for a clean end (docs/transport-grpc.md,
+  // "Stop"): every message this party sent gets its outcome from the peer,
+  // every delivery confirmation it owes is written, then a Goodbye ends
+  // each stream and the peer closes the session. A peer that does not
+  // answer in time is cut off as before (pending sends fail with Cancelled,
+  // "before peer N confirmed delivery"). Default 5000 ms; 0 = no drain.
+  int64_t drain_ms = 5000;
 
   bool tls() const { return !tls_ca.empty() || !tls_cert.empty() || !tls_key.empty(); }
 };
