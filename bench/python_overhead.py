@@ -52,9 +52,28 @@ def free_port():
         return s.getsockname()[1]
 
 
+HUGE_PAGES = False  # --huge-pages: advise the sender's torch memory like xsilo's own
+
+
+def advise_huge_pages(t):
+    """madvise(MADV_HUGEPAGE) over t's memory before its first touch, as
+    xsilo does for its own Buffers of 8 MiB and more (this machine's THP
+    mode is 'madvise': torch's memory gets 4 KiB pages otherwise)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    start = (t.data_ptr() + 4095) // 4096 * 4096
+    end = (t.data_ptr() + t.numel() * t.element_size()) // 4096 * 4096
+    if end > start:
+        libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), 14)
+
+
 def model(params, seed):
     """A state_dict of one float32 tensor whose bytes depend on seed."""
-    w = torch.arange(params, dtype=torch.float32)
+    w = torch.empty(params, dtype=torch.float32)
+    if HUGE_PAGES:
+        advise_huge_pages(w)
+    torch.arange(params, dtype=torch.float32, out=w)
     w.mul_(1e-7).add_(seed)
     return {"w": w}
 
@@ -67,7 +86,7 @@ def xsilo_receiver(backend, address, rounds):
         for _ in range(rounds):
             m = t.receive(timeout=900)
             sd = m.to_state_dict()
-            ok = xsilo.checksum(sd["w"]) == m.params["xxh3"]
+            ok = f"{xsilo.checksum(sd['w']):016x}" == m.params["xxh3"]
             t.send(0, xsilo.Message(type="ok" if ok else "damaged", round=m.round), timeout=120)
         t.receive(timeout=120)  # "bye": the sender stops first
 
@@ -84,7 +103,7 @@ def xsilo_sender(backend, params, rounds):
             checksum = xsilo.checksum(sd["w"])
             t0 = time.perf_counter()
             msg = xsilo.Message.from_state_dict(sd, type="model", round=r,
-                                                params={"xxh3": checksum})
+                                                params={"xxh3": f"{checksum:016x}"})
             t.broadcast([1], msg, timeout=900)
             ack = t.receive(timeout=900)
             times.append(time.perf_counter() - t0)
@@ -212,6 +231,9 @@ def main():
     ap.add_argument("--stacks", default="cpp,py,baselines",
                     help="which to run: cpp, py, baselines (comma separated)")
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "python-overhead"))
+    ap.add_argument("--huge-pages", action="store_true",
+                    help="advise the Python sender's model memory for huge pages, as the C++ "
+                         "sender's Buffers are")
     ap.add_argument("--role", default="driver")
     ap.add_argument("--backend", default="grpc")
     ap.add_argument("--address", default="")
@@ -226,6 +248,8 @@ def main():
         return grpc_receiver(args.role.rsplit("-", 1)[1], args.address, args.s3_endpoint,
                              tuple(args.s3_keys.split(",")) if args.s3_keys else None)
 
+    global HUGE_PAGES
+    HUGE_PAGES = args.huge_pages
     params = TIERS[args.tier]
     nbytes = params * 4
     stacks = set(args.stacks.split(","))
@@ -274,6 +298,7 @@ def main():
     path = os.path.join(args.out, "python_overhead.json")
     with open(path, "w") as f:
         json.dump({"benchmark": "python_overhead", "tier": args.tier, "bytes": nbytes,
+                   "huge_pages": HUGE_PAGES,
                    "rounds": args.rounds, "seconds": results, "median_seconds": med,
                    "ratios": ratios, "notes": notes}, f, indent=2)
     print(f"wrote {path}")
