@@ -128,11 +128,6 @@ Duration Seconds(double s, const char* what) {
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(s * 1000.0)));
 }
 
-struct ServerArgs {
-  fl::ServerOptions options;
-  py::object on_round;
-};
-
 }  // namespace
 
 void RegisterFl(py::module_& m) {
@@ -143,7 +138,8 @@ void RegisterFl(py::module_& m) {
       [](PyTransport& transport, const py::dict& initial_model, uint64_t rounds,
          uint32_t clients_per_round, double quorum_fraction, uint32_t quorum_count,
          double round_deadline, double finish_deadline, uint64_t local_steps, uint64_t local_epochs,
-         uint32_t max_failed_rounds, uint64_t seed, bool finish, py::object on_round) {
+         uint32_t max_failed_rounds, uint64_t seed, bool finish, py::object on_round,
+         std::string checkpoint_dir) {
         fl::ServerOptions o;
         o.rounds = rounds;
         o.clients_per_round = clients_per_round;
@@ -158,6 +154,7 @@ void RegisterFl(py::module_& m) {
         o.max_failed_rounds = max_failed_rounds;
         o.seed = seed;
         o.finish = finish;
+        o.checkpoint_dir = std::move(checkpoint_dir);
         if (!on_round.is_none()) {
           o.on_round = [on_round](const fl::RoundReport& r) {
             py::gil_scoped_acquire gil;
@@ -196,7 +193,7 @@ void RegisterFl(py::module_& m) {
       py::arg("clients_per_round"), py::arg("quorum_fraction"), py::arg("quorum_count"),
       py::arg("round_deadline"), py::arg("finish_deadline"), py::arg("local_steps"),
       py::arg("local_epochs"), py::arg("max_failed_rounds"), py::arg("seed"), py::arg("finish"),
-      py::arg("on_round"));
+      py::arg("on_round"), py::arg("checkpoint_dir"));
 
   m.def(
       "_run_client",

@@ -77,13 +77,15 @@ def _quorum(quorum):
 
 def run_server(transport, initial_model, rounds=3, clients_per_round=0, quorum=0.5,
                round_deadline=600.0, finish_deadline=60.0, local_steps=10, local_epochs=0,
-               max_failed_rounds=3, seed=1, finish=True, on_round=None):
+               max_failed_rounds=3, seed=1, finish=True, on_round=None, checkpoint_dir=""):
     """Runs FedAvg rounds on a started rank-0 transport.
 
     initial_model: {name: float32 tensor}, e.g. model.state_dict(). Each
     round broadcasts the model to the selected clients and averages their
     updates by sample count; a round counts when `quorum` answered.
-    on_round(report_dict) is called after each round. Returns a dict:
+    on_round(report_dict) is called after each round. checkpoint_dir: write
+    the global model and the next round there after every round, and resume
+    from what a previous (crashed) server left there. Returns a dict:
     rounds (list of per-round dicts), final_evaluation, model ({name:
     xsilo.Tensor}; .torch() each for a state_dict).
     """
@@ -91,7 +93,7 @@ def run_server(transport, initial_model, rounds=3, clients_per_round=0, quorum=0
     return _xsilo._run_server(
         transport, dict(initial_model), int(rounds), int(clients_per_round), fraction, count,
         float(round_deadline), float(finish_deadline), int(local_steps), int(local_epochs),
-        int(max_failed_rounds), int(seed), bool(finish), on_round)
+        int(max_failed_rounds), int(seed), bool(finish), on_round, str(checkpoint_dir))
 
 
 def run_client(transport, trainer, idle_timeout=3600.0, send_timeout=600.0):

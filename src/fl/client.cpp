@@ -1,4 +1,5 @@
 #include <future>
+#include <optional>
 
 #include "fl/progress.h"
 #include "fl/protocol.h"
@@ -21,6 +22,7 @@ Result<ClientReport> FedAvgClient::Run() {
   if (transport_.rank() <= 0) return FailedPrecondition("a FedAvg client runs on a rank > 0");
   ClientReport report;
   int64_t last_round = -1;
+  std::optional<int64_t> session;  // the server run whose rounds last_round counts
 
   // Sends `m` and waits for the transport to report it done.
   auto send = [&](Message m, const std::string& what) -> Status {
@@ -73,6 +75,12 @@ Result<ClientReport> FedAvgClient::Run() {
                          m.GetString(protocol::kReason).value_or("no reason given"));
     }
     if (m.type != protocol::kModel && m.type != protocol::kFinish) continue;
+    if (auto s = m.GetInt(protocol::kSession); s.ok() && session != *s) {
+      // A new server run (restarted from its checkpoint): its rounds are new
+      // even where their numbers are not.
+      session = *s;
+      last_round = -1;
+    }
     if (m.type == protocol::kModel && m.round <= last_round) {
       ++report.stale_models_skipped;
       continue;

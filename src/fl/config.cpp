@@ -260,6 +260,7 @@ Result<JobConfig> ReadJobConfig(const Config& c) {
                                                "fl.idle_timeout_s",
                                                "fl.send_timeout_s",
                                                "fl.aggregation_threads",
+                                               "fl.checkpoint_dir",
                                                "mlp.batch_size",
                                                "mlp.learning_rate",
                                                "mlp.clip_norm",
@@ -353,6 +354,7 @@ Result<JobConfig> ReadJobConfig(const Config& c) {
   s.max_failed_rounds = static_cast<uint32_t>(std::max<int64_t>(1, max_failed));
   s.seed = static_cast<uint64_t>(seed);
   s.aggregator.threads = static_cast<uint32_t>(agg_threads);
+  XSILO_ASSIGN_OR_RETURN(s.checkpoint_dir, c.String("fl.checkpoint_dir", ""));
   if (c.Has("fl.quorum")) {
     XSILO_RETURN_IF_ERROR(ParseQuorum(Config::ToText(c.values().at("fl.quorum")), s));
   }

@@ -27,6 +27,7 @@ inline constexpr const char* kEvalLoss = "eval_loss";
 inline constexpr const char* kEvalAccuracy = "eval_accuracy";
 inline constexpr const char* kEvalSamples = "eval_samples";
 inline constexpr const char* kReason = "reason";
+inline constexpr const char* kSession = "fl.session";  // random per server run
 
 using Clock = std::chrono::steady_clock;
 

@@ -9,6 +9,7 @@
 
 #include "fl/progress.h"
 #include "fl/protocol.h"
+#include "xsilo/fl/checkpoint.h"
 #include "xsilo/fl/fedavg.h"
 
 namespace xsilo::fl {
@@ -84,6 +85,26 @@ Result<JobReport> FedAvgServer::Run(TensorMap global) {
   std::vector<int32_t> all(world - 1);
   std::iota(all.begin(), all.end(), 1);
 
+  uint64_t first_round = 0;
+  if (!options_.checkpoint_dir.empty()) {
+    XSILO_ASSIGN_OR_RETURN(std::optional<Checkpoint> cp, ReadCheckpoint(options_.checkpoint_dir));
+    if (cp) {
+      for (const auto& [name, t] : global) {
+        auto it = cp->model.find(name);
+        if (it == cp->model.end() || it->second.dtype != t.dtype || it->second.shape != t.shape ||
+            cp->model.size() != global.size()) {
+          return InvalidArgument("the checkpoint in " + options_.checkpoint_dir +
+                                 " holds a different model (tensor '" + name + "')");
+        }
+      }
+      global = std::move(cp->model);
+      first_round = cp->next_round;
+    }
+  }
+  // Random per run: tells clients that a restarted server's rounds are new.
+  const int64_t session =
+      static_cast<int64_t>(std::random_device{}() * 0x100000000ull ^ std::random_device{}());
+
   JobReport job;
   std::map<int32_t, std::array<double, kPartyStateCount>> client_times;
   FedAvgAggregator aggregator(options_.aggregator);
@@ -104,6 +125,7 @@ Result<JobReport> FedAvgServer::Run(TensorMap global) {
       selected.resize(options_.clients_per_round);
       std::sort(selected.begin(), selected.end());
     }
+    if (r < first_round) continue;  // finished before the restart (same selections)
     RoundReport rep;
     rep.round = static_cast<int64_t>(r);
     rep.selected = static_cast<uint32_t>(selected.size());
@@ -117,6 +139,7 @@ Result<JobReport> FedAvgServer::Run(TensorMap global) {
     model.round = rep.round;
     model.params[protocol::kLocalSteps] = static_cast<int64_t>(options_.local_work.steps);
     model.params[protocol::kLocalEpochs] = static_cast<int64_t>(options_.local_work.epochs);
+    model.params[protocol::kSession] = session;
     model.tensors = global;  // shares the Buffers
     rep.bytes_sent = model_bytes * rep.selected;
 
@@ -204,6 +227,12 @@ Result<JobReport> FedAvgServer::Run(TensorMap global) {
     } else {
       ++failed_streak;
     }
+    if (!options_.checkpoint_dir.empty()) {
+      StateTimers::Scope t(timers_, PartyState::kSerialization);
+      XSILO_RETURN_IF_ERROR(
+          WriteCheckpoint(options_.checkpoint_dir, r + 1, global)
+              .WithContext("FedAvg server checkpoint after round " + std::to_string(r)));
+    }
     rep.seconds = std::chrono::duration<double>(Clock::now() - round_start).count();
     job.rounds.push_back(rep);
     if (options_.on_round) options_.on_round(rep);
@@ -217,6 +246,7 @@ Result<JobReport> FedAvgServer::Run(TensorMap global) {
       abort.type = std::string(protocol::kAbort);
       abort.round = rep.round;
       abort.params[protocol::kReason] = failed.message();
+      abort.params[protocol::kSession] = session;
       StartBroadcast(transport_, all, std::move(abort));
       return failed;
     }
@@ -226,6 +256,7 @@ Result<JobReport> FedAvgServer::Run(TensorMap global) {
     Message fin;
     fin.type = std::string(protocol::kFinish);
     fin.round = static_cast<int64_t>(options_.rounds);
+    fin.params[protocol::kSession] = session;
     fin.tensors = global;
     const auto deadline = Clock::now() + options_.finish_deadline;
     auto bcast = StartBroadcast(transport_, all, std::move(fin));

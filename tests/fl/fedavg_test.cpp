@@ -4,12 +4,16 @@
 #include "xsilo/fl/fedavg.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <thread>
 
+#include "xsilo/fl/checkpoint.h"
 #include "xsilo/fl/mlp.h"
 #include "xsilo/transport/registry.h"
 
@@ -357,6 +361,141 @@ TEST(FedAvg, TheMlpLearnsLossAndAccuracyImproveRoundAfterRound) {
   EXPECT_GT(acc.back(), acc[1]);
   EXPECT_EQ(TotalBytes(job->model), shape->ParameterCount() * 4);
   for (auto& t : threads) EXPECT_TRUE(t->result.get().ok());
+}
+
+std::string TempDir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("xsilo-fl-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+TEST(Checkpoint, RoundTripsAndRefusesACorruptModel) {
+  const std::string dir = TempDir("checkpoint");
+  auto none = ReadCheckpoint(dir);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  ASSERT_TRUE(WriteCheckpoint(dir, 3, {{"w", Filled(2.5f)}, {"b", Filled(-1.0f)}}).ok());
+  ASSERT_TRUE(WriteCheckpoint(dir, 4, {{"w", Filled(3.5f)}, {"b", Filled(-2.0f)}}).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir + "/model-3.safetensors"));  // superseded
+  auto cp = ReadCheckpoint(dir);
+  ASSERT_TRUE(cp.ok()) << cp.status().ToString();
+  ASSERT_TRUE(cp->has_value());
+  EXPECT_EQ((*cp)->next_round, 4u);
+  EXPECT_EQ(reinterpret_cast<const float*>((*cp)->model.at("b").data.data())[0], -2.0f);
+  EXPECT_EQ(reinterpret_cast<const float*>((*cp)->model.at("w").data.data())[kWidth - 1], 3.5f);
+
+  // A flipped bit in the model file is refused, never loaded.
+  {
+    std::fstream f(dir + "/model-4.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(-3, std::ios::end);
+    c ^= 0x10;
+    f.write(&c, 1);
+  }
+  auto bad = ReadCheckpoint(dir);
+  EXPECT_EQ(bad.status().code(), StatusCode::kCorrupt) << bad.status().ToString();
+  std::ofstream(dir + "/checkpoint.json") << "{\"format\": \"something else\"}";
+  EXPECT_EQ(ReadCheckpoint(dir).status().code(), StatusCode::kCorrupt);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FedAvg, ARestartedServerResumesFromItsCheckpoint) {
+  const std::string dir = TempDir("resume");
+  const double step = Step({1, 2, 3});
+  ServerOptions o;
+  o.rounds = 5;
+  o.round_deadline = 60s;
+  o.checkpoint_dir = dir;
+  {
+    // The first server dies after finishing round 1 (the second round).
+    Federation f(3);
+    std::vector<std::unique_ptr<OffsetTrainer>> trainers;
+    std::vector<std::unique_ptr<ClientThread>> threads;
+    for (int r = 1; r <= 3; ++r) {
+      trainers.push_back(std::make_unique<OffsetTrainer>(r));
+      threads.push_back(std::make_unique<ClientThread>(f.client(r), *trainers.back()));
+    }
+    ServerOptions first = o;
+    first.on_round = [&](const RoundReport& r) {
+      if (r.round == 1) f.server().Stop();
+    };
+    FedAvgServer server(f.server(), first);
+    auto job = server.Run({{"w", Filled(1.0f)}});
+    EXPECT_FALSE(job.ok());
+    for (int r = 1; r <= 3; ++r) f.client(r).Stop();
+    for (auto& t : threads) (void)t->result.get();
+  }
+  auto cp = ReadCheckpoint(dir);
+  ASSERT_TRUE(cp.ok() && cp->has_value());
+  EXPECT_EQ((*cp)->next_round, 2u);
+  EXPECT_NEAR(First((*cp)->model), 1.0 + 2 * step, 1e-5);
+
+  // A model of another shape does not resume from it.
+  {
+    Federation f(1);
+    FedAvgServer server(f.server(), o);
+    TensorMap other;
+    other["w"] = *Tensor::Zeros(DType::kF32, {kWidth + 1});
+    EXPECT_EQ(server.Run(other).status().code(), StatusCode::kInvalidArgument);
+  }
+
+  // The restarted server runs rounds 2..4 only, from the checkpointed model,
+  // and ends where an uninterrupted job would.
+  Federation f(3);
+  std::vector<std::unique_ptr<OffsetTrainer>> trainers;
+  std::vector<std::unique_ptr<ClientThread>> threads;
+  for (int r = 1; r <= 3; ++r) {
+    trainers.push_back(std::make_unique<OffsetTrainer>(r));
+    threads.push_back(std::make_unique<ClientThread>(f.client(r), *trainers.back()));
+  }
+  FedAvgServer server(f.server(), o);
+  auto job = server.Run({{"w", Filled(1.0f)}});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_EQ(job->rounds.size(), 3u);
+  EXPECT_EQ(job->rounds.front().round, 2);
+  EXPECT_NEAR(job->rounds.front().eval_loss, 1.0 + 2 * step, 1e-5);
+  EXPECT_NEAR(First(job->model), 1.0 + 5 * step, 1e-5);
+  for (auto& t : threads) EXPECT_TRUE(t->result.get().ok());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FedAvg, AClientTrainsARoundAgainForANewServerSession) {
+  Federation f(1);
+  OffsetTrainer trainer(1);
+  ClientThread client(f.client(1), trainer);
+  auto model = [](int64_t round, int64_t session, float w) {
+    Message m;
+    m.type = "fl.model";
+    m.round = round;
+    m.params["local_steps"] = int64_t{1};
+    m.params["fl.session"] = session;
+    m.tensors["w"] = Filled(w);
+    return m;
+  };
+  ASSERT_TRUE(f.server().Send(1, model(0, 111, 1.0f), 10s).ok());
+  auto first = f.server().Receive(30s);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(First(first->tensors), 2.0f);
+  // The same session's round 0 again is stale; a new session's round 0 is not.
+  ASSERT_TRUE(f.server().Send(1, model(0, 111, 10.0f), 10s).ok());
+  ASSERT_TRUE(f.server().Send(1, model(0, 222, 20.0f), 10s).ok());
+  auto second = f.server().Receive(30s);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->type, "fl.update");
+  EXPECT_EQ(First(second->tensors), 21.0f);
+  Message fin;
+  fin.type = "fl.finish";
+  fin.round = 1;
+  fin.params["fl.session"] = int64_t{222};
+  fin.tensors["w"] = Filled(0);
+  ASSERT_TRUE(f.server().Send(1, fin, 10s).ok());
+  auto report = client.result.get();
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->rounds_trained, 2u);
+  EXPECT_EQ(report->stale_models_skipped, 1u);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@ import zlib
 import torch
 
 import xsilo
+import xsilo.fl
 
 
 def vm(field):
@@ -111,7 +112,57 @@ def resolve(args):
     return 0
 
 
-ROLES = {"send_big": send_big, "receive_big": receive_big, "echo": echo, "resolve": resolve}
+class OffsetTrainer(xsilo.fl.Trainer):
+    """Client k turns the model w into w + k and weighs it k."""
+
+    def __init__(self, rank):
+        super().__init__()
+        self.rank = rank
+        self.w = torch.zeros(4)
+
+    def get_parameters(self):
+        return {"w": self.w.clone()}
+
+    def set_parameters(self, tensors):
+        self.w = tensors["w"].torch().clone()
+
+    def train(self, epochs, steps):
+        self.w += self.rank
+        return {"samples": self.rank, "loss": 1.0}
+
+    def evaluate(self):
+        return {"loss": float(self.w[0]), "accuracy": 0.5, "samples": 1}
+
+
+def fl_server(args):
+    """Rank 0 with a checkpoint directory; with die_after_round it SIGKILLs
+    itself once that round is finished (and checkpointed)."""
+    import signal
+
+    rounds = []
+
+    def on_round(r):
+        rounds.append(r["round"])
+        if r["round"] == args.get("die_after_round"):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    with transport(args, 0) as t:
+        job = xsilo.fl.run_server(t, {"w": torch.zeros(4)}, rounds=args["rounds"],
+                                  round_deadline=120, finish_deadline=120, on_round=on_round,
+                                  checkpoint_dir=args["checkpoint_dir"])
+    print(json.dumps({"rounds": rounds, "w": job["model"]["w"].torch().tolist(),
+                      "final_clients": job["final_evaluation"]["clients"]}))
+    return 0
+
+
+def fl_client(args):
+    with transport(args, args["rank"]) as t:
+        report = xsilo.fl.run_client(t, OffsetTrainer(args["rank"]), idle_timeout=300)
+    print(json.dumps({"finished": report["finished"], "rounds": report["rounds_trained"]}))
+    return 0
+
+
+ROLES = {"fl_server": fl_server, "fl_client": fl_client, "send_big": send_big, "receive_big": receive_big, "echo": echo, "resolve": resolve}
 
 if __name__ == "__main__":
     sys.exit(ROLES[sys.argv[1]](json.loads(sys.argv[2])))

@@ -121,3 +121,26 @@ def test_bad_server_arguments_are_value_errors():
         xsilo.fl.run_server(t, {"w": torch.zeros(1)}, round_deadline=0)
     with pytest.raises(ValueError, match="Trainer"):
         xsilo.fl.run_client(t, object())
+
+
+def test_a_killed_server_restarts_from_its_checkpoint_and_clients_reconnect(peers, address,
+                                                                           tmp_path):
+    """Issue #17 scenario 4, over grpc between processes: the server is
+    SIGKILLed after round 1; a new server process on the same address and
+    checkpoint directory runs rounds 2-3; the client processes reconnect by
+    themselves and finish the job, which ends where an uninterrupted one would."""
+    args = dict(transport="grpc", world_size=3, address=address, rounds=4,
+                checkpoint_dir=str(tmp_path / "ckpt"))
+    first = peers.start("fl_server", die_after_round=1, **args)
+    clients = [peers.start("fl_client", rank=r, **args) for r in (1, 2)]
+    first.communicate(timeout=300)
+    assert first.returncode == -9
+    index = json.loads((tmp_path / "ckpt" / "checkpoint.json").read_text())
+    assert index["next_round"] == 2 and index["format"] == "xsilo.fl.checkpoint"
+    second = peers.report(peers.start("fl_server", **args))
+    assert second["rounds"] == [2, 3]
+    # Each round adds (1*1 + 2*2) / (1 + 2) = 5/3 to every weight, 4 rounds in all.
+    assert second["w"] == pytest.approx([4 * 5 / 3] * 4)
+    assert second["final_clients"] == 2
+    for c in clients:
+        assert peers.report(c) == {"finished": True, "rounds": 4}

@@ -17,6 +17,9 @@
 //   fl.finish     server -> client  the final model; evaluate and stop
 //   fl.evaluation client -> server  evaluation of the final model, timers
 //   fl.abort      server -> client  the job failed ("reason"); stop
+// Server messages carry "fl.session", random per FedAvgServer::Run: a
+// client that sees a new session (a restarted server resuming from its
+// checkpoint) takes the next model even if it trained that round before.
 #pragma once
 
 #include <chrono>
@@ -105,6 +108,11 @@ struct ServerOptions {
   bool show_progress = false;
   // Called on the server thread after each round. Default none.
   std::function<void(const RoundReport&)> on_round;
+  // When set, the global model and the next round number are written here
+  // after every round (xsilo/fl/checkpoint.h), and Run resumes from a
+  // checkpoint found here: it starts at the round after the last finished
+  // one, from that round's model. Default empty (no checkpoints).
+  std::string checkpoint_dir;
 };
 
 class FedAvgServer {
