@@ -66,6 +66,44 @@ Status ValidateMetadata(const std::vector<std::pair<std::string, std::string>>& 
   return Status::OK();
 }
 
+// The standard headers S3 stores with an object, as S3 spells them.
+constexpr std::string_view kStoredHeaderNames[] = {
+    "Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language", "Expires"};
+
+bool SameNameIgnoringCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// Sent with S3's spelling, whatever the caller's case (names are signed
+// lowercase either way).
+void AddStoredHeaders(const std::vector<std::pair<std::string, std::string>>& headers,
+                      Params* out) {
+  for (const auto& [k, v] : headers) {
+    std::string name = k;
+    std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+    out->emplace_back(std::move(name), v);
+  }
+}
+
+Status ValidateStoredHeaders(const std::vector<std::pair<std::string, std::string>>& headers) {
+  for (const auto& [k, v] : headers) {
+    bool known = std::any_of(std::begin(kStoredHeaderNames), std::end(kStoredHeaderNames),
+                             [&](std::string_view n) { return SameNameIgnoringCase(k, n); });
+    if (!known) {
+      return InvalidArgument("headers: " + k +
+                             " is not one S3 stores (Cache-Control, Content-Disposition, "
+                             "Content-Encoding, Content-Language, Expires)");
+    }
+    if (v.find_first_of("\r\n") != std::string::npos) {
+      return InvalidArgument("headers: the value of " + k + " must be one line");
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status CreateBucketArgs::Validate() const { return ValidateBucket(bucket); }
@@ -75,6 +113,7 @@ Status ObjectArgs::Validate() const { return ValidateObject(bucket, key); }
 Status PutObjectArgs::Validate() const {
   XSILO_RETURN_IF_ERROR(ValidateObject(bucket, key));
   XSILO_RETURN_IF_ERROR(ValidateMetadata(metadata));
+  XSILO_RETURN_IF_ERROR(ValidateStoredHeaders(headers));
   if (body.size > (5ull << 30)) {
     return InvalidArgument("a single PUT is limited to 5 GiB; use UploadObject");
   }
@@ -85,9 +124,27 @@ Status GetObjectArgs::Validate() const {
   XSILO_RETURN_IF_ERROR(ValidateObject(bucket, key));
   if (length && *length == 0) return InvalidArgument("range length must be > 0");
   if (length && offset + *length < offset) return InvalidArgument("range overflows");
+  if ((if_match + if_none_match).find_first_of("\r\n") != std::string::npos) {
+    return InvalidArgument("if_match / if_none_match must be one line");
+  }
   if (!expected_sha256.empty()) {
     auto d = Base64Decode(expected_sha256);
     if (!d || d->size() != 32) return InvalidArgument("expected_sha256 must be base64 of 32 bytes");
+  }
+  return Status::OK();
+}
+
+Status CopyObjectArgs::Validate() const {
+  XSILO_RETURN_IF_ERROR(ValidateObject(source_bucket, source_key));
+  XSILO_RETURN_IF_ERROR(ValidateObject(bucket, key));
+  XSILO_RETURN_IF_ERROR(ValidateMetadata(metadata));
+  XSILO_RETURN_IF_ERROR(ValidateStoredHeaders(headers));
+  if (!replace_metadata && (!content_type.empty() || !metadata.empty() || !headers.empty())) {
+    return InvalidArgument(
+        "CopyObject: content_type, metadata and headers apply only with replace_metadata");
+  }
+  if (!replace_metadata && source_bucket == bucket && source_key == key) {
+    return InvalidArgument("CopyObject: copying an object onto itself needs replace_metadata");
   }
   return Status::OK();
 }
@@ -101,6 +158,7 @@ Status ListObjectsArgs::Validate() const {
 Status UploadObjectArgs::Validate() const {
   XSILO_RETURN_IF_ERROR(ValidateObject(bucket, key));
   XSILO_RETURN_IF_ERROR(ValidateMetadata(metadata));
+  XSILO_RETURN_IF_ERROR(ValidateStoredHeaders(headers));
   XSILO_RETURN_IF_ERROR(ValidateGather(body));
   if (part_size < (5ull << 20) || part_size > (5ull << 30)) {
     return InvalidArgument("part_size must be 5 MiB .. 5 GiB");
@@ -576,7 +634,7 @@ struct S3Client::Impl {
   Result<PutObjectResult> Put(const std::string& bucket, const std::string& key,
                               const GatherList& body, const std::string& content_type,
                               const std::vector<std::pair<std::string, std::string>>& metadata,
-                              bool checksum, bool md5, Params query);
+                              const Params& headers, bool checksum, bool md5, Params query);
 };
 
 Status S3Client::Impl::HttpError(const Call& call, const Reply& reply) const {
@@ -592,6 +650,9 @@ Status S3Client::Impl::HttpError(const Call& call, const Reply& reply) const {
         break;
       case 416:
         code = "InvalidRange";
+        break;
+      case 304:
+        code = "NotModified";
         break;
       case 412:
         code = "PreconditionFailed";
@@ -755,6 +816,9 @@ S3ObjectInfo InfoFromHeaders(const std::string& key, const Reply& r) {
   if (const std::string* v = r.Header("x-amz-checksum-sha256")) info.checksum_sha256 = *v;
   for (const auto& [k, v] : r.headers) {
     if (k.rfind("x-amz-meta-", 0) == 0) info.metadata.emplace_back(k.substr(11), v);
+    for (std::string_view name : kStoredHeaderNames) {
+      if (SameNameIgnoringCase(k, name)) info.headers.emplace_back(std::string(name), v);
+    }
   }
   return info;
 }
@@ -774,8 +838,8 @@ Status VerifySha256(const uint8_t* data, uint64_t size, const std::string& want_
 Result<PutObjectResult> S3Client::Impl::Put(
     const std::string& bucket, const std::string& key, const GatherList& body,
     const std::string& content_type,
-    const std::vector<std::pair<std::string, std::string>>& metadata, bool checksum, bool md5,
-    Params query) {
+    const std::vector<std::pair<std::string, std::string>>& metadata, const Params& headers,
+    bool checksum, bool md5, Params query) {
   Call c;
   c.method = "PUT";
   c.bucket = bucket;
@@ -788,6 +852,7 @@ Result<PutObjectResult> S3Client::Impl::Put(
     std::transform(name.begin(), name.end(), name.begin(), ::tolower);
     c.headers.emplace_back("x-amz-meta-" + name, v);
   }
+  AddStoredHeaders(headers, &c.headers);
   PutObjectResult result;
   if (checksum) {
     result.checksum_sha256 = s3::Base64Of(Sha256Of(body));
@@ -854,7 +919,7 @@ Status S3Client::DeleteBucket(const BucketArgs& args) {
 Result<PutObjectResult> S3Client::PutObject(const PutObjectArgs& args) {
   XSILO_RETURN_IF_ERROR(args.Validate());
   return impl_->Put(args.bucket, args.key, args.body, args.content_type, args.metadata,
-                    args.checksum_sha256, args.content_md5, {});
+                    args.headers, args.checksum_sha256, args.content_md5, {});
 }
 
 Result<GetObjectResult> S3Client::GetObject(const GetObjectArgs& args) {
@@ -871,6 +936,14 @@ Result<GetObjectResult> S3Client::GetObject(const GetObjectArgs& args) {
     c.headers.emplace_back("range", range);
   }
   if (args.verify_checksum) c.headers.emplace_back("x-amz-checksum-mode", "ENABLED");
+  if (!args.if_match.empty()) c.headers.emplace_back("if-match", args.if_match);
+  if (!args.if_none_match.empty()) c.headers.emplace_back("if-none-match", args.if_none_match);
+  if (args.if_modified_since != 0) {
+    c.headers.emplace_back("if-modified-since", s3::FormatHttpDate(args.if_modified_since));
+  }
+  if (args.if_unmodified_since != 0) {
+    c.headers.emplace_back("if-unmodified-since", s3::FormatHttpDate(args.if_unmodified_since));
+  }
   Reply r;
   XSILO_RETURN_IF_ERROR(impl_->Execute(c, &r));
   GetObjectResult out;
@@ -920,6 +993,38 @@ Status S3Client::DeleteObject(const ObjectArgs& args) {
   c.key = args.key;
   Reply r;
   return impl_->Execute(c, &r);
+}
+
+Result<CopyObjectResult> S3Client::CopyObject(const CopyObjectArgs& args) {
+  XSILO_RETURN_IF_ERROR(args.Validate());
+  Call c;
+  c.method = "PUT";
+  c.bucket = args.bucket;
+  c.key = args.key;
+  c.headers.emplace_back("x-amz-copy-source",
+                         s3::UriEncode("/" + args.source_bucket + "/" + args.source_key, false));
+  if (args.replace_metadata) {
+    c.headers.emplace_back("x-amz-metadata-directive", "REPLACE");
+    if (!args.content_type.empty()) c.headers.emplace_back("content-type", args.content_type);
+    for (const auto& [k, v] : args.metadata) {
+      std::string name = k;
+      std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+      c.headers.emplace_back("x-amz-meta-" + name, v);
+    }
+    AddStoredHeaders(args.headers, &c.headers);
+  }
+  if (!args.source_if_match.empty()) {
+    c.headers.emplace_back("x-amz-copy-source-if-match", args.source_if_match);
+  }
+  Reply r;
+  XSILO_RETURN_IF_ERROR(impl_->Execute(c, &r));
+  // S3 may answer 200 and report a failure in the body.
+  if (r.text.find("<Error>") != std::string::npos) return impl_->HttpError(c, r);
+  CopyObjectResult out;
+  out.etag = s3::XmlText(r.text, "ETag").value_or("");
+  out.last_modified = ParseIsoDate(s3::XmlText(r.text, "LastModified").value_or(""));
+  if (out.etag.empty()) return Internal("CopyObject: no ETag in the response");
+  return out;
 }
 
 Result<ListObjectsResult> S3Client::ListObjects(const ListObjectsArgs& args) {
@@ -972,10 +1077,10 @@ Result<ListObjectsResult> S3Client::ListObjects(const ListObjectsArgs& args) {
 }
 
 namespace {
-Result<std::string> StartMultipart(
-    S3Client::Impl& impl, const std::string& bucket, const std::string& key,
-    const std::string& content_type,
-    const std::vector<std::pair<std::string, std::string>>& metadata) {
+Result<std::string> StartMultipart(S3Client::Impl& impl, const std::string& bucket,
+                                   const std::string& key, const std::string& content_type,
+                                   const std::vector<std::pair<std::string, std::string>>& metadata,
+                                   const Params& headers) {
   Call create;
   create.method = "POST";
   create.bucket = bucket;
@@ -987,6 +1092,7 @@ Result<std::string> StartMultipart(
     std::transform(name.begin(), name.end(), name.begin(), ::tolower);
     create.headers.emplace_back("x-amz-meta-" + name, v);
   }
+  AddStoredHeaders(headers, &create.headers);
   Reply cr;
   XSILO_RETURN_IF_ERROR(impl.Execute(create, &cr));
   std::string upload_id = s3::XmlText(cr.text, "UploadId").value_or("");
@@ -1007,7 +1113,7 @@ std::string CompleteMultipartXml(const std::vector<std::string>& etags) {
 
 Result<std::string> S3Client::CreateMultipartUpload(const ObjectArgs& args) {
   XSILO_RETURN_IF_ERROR(args.Validate());
-  return StartMultipart(*impl_, args.bucket, args.key, "", {});
+  return StartMultipart(*impl_, args.bucket, args.key, "", {}, {});
 }
 
 Status S3Client::AbortMultipartUpload(const ObjectArgs& args, const std::string& upload_id) {
@@ -1027,10 +1133,11 @@ Result<PutObjectResult> S3Client::UploadObject(const UploadObjectArgs& args) {
   Impl& impl = *impl_;
   if (args.body.size <= args.part_size) {
     return impl.Put(args.bucket, args.key, args.body, args.content_type, args.metadata,
-                    args.checksum_sha256, false, {});
+                    args.headers, args.checksum_sha256, false, {});
   }
-  XSILO_ASSIGN_OR_RETURN(std::string upload_id, StartMultipart(impl, args.bucket, args.key,
-                                                               args.content_type, args.metadata));
+  XSILO_ASSIGN_OR_RETURN(
+      std::string upload_id,
+      StartMultipart(impl, args.bucket, args.key, args.content_type, args.metadata, args.headers));
 
   // Parts, in parallel.
   const uint64_t n_parts = (args.body.size + args.part_size - 1) / args.part_size;
@@ -1051,7 +1158,7 @@ Result<PutObjectResult> S3Client::UploadObject(const UploadObjectArgs& args) {
         uint64_t off = i * args.part_size;
         GatherList part =
             SliceGather(args.body, off, std::min(args.part_size, args.body.size - off));
-        auto put = impl.Put(args.bucket, args.key, part, "", {}, args.checksum_sha256, false,
+        auto put = impl.Put(args.bucket, args.key, part, "", {}, {}, args.checksum_sha256, false,
                             {{"partNumber", std::to_string(i + 1)}, {"uploadId", upload_id}});
         if (!put.ok()) {
           std::lock_guard<std::mutex> lock(err_mu);

@@ -80,6 +80,9 @@ struct S3ObjectInfo {
   std::string content_type;
   std::string checksum_sha256;  // base64, when the server returned one
   std::vector<std::pair<std::string, std::string>> metadata;  // x-amz-meta-* headers
+  // The standard headers stored with the object (see PutObjectArgs::headers),
+  // names as S3 spells them.
+  std::vector<std::pair<std::string, std::string>> headers;
 };
 
 struct CreateBucketArgs {
@@ -100,6 +103,10 @@ struct PutObjectArgs {
   GatherList body;
   std::string content_type;  // default "" (server: application/octet-stream)
   std::vector<std::pair<std::string, std::string>> metadata;  // sent as x-amz-meta-<name>
+  // Standard headers S3 stores with the object and returns on GET / HEAD:
+  // Cache-Control, Content-Disposition, Content-Encoding, Content-Language,
+  // Expires (names case-insensitive; any other name fails Validate()).
+  std::vector<std::pair<std::string, std::string>> headers;
   // Send x-amz-checksum-sha256 (the server verifies it and keeps it for
   // GET). Default false.
   bool checksum_sha256 = false;
@@ -126,12 +133,44 @@ struct GetObjectArgs {
   // When non-empty, the SHA-256 (base64) the whole object must have;
   // mismatch is Corrupt. Default "".
   std::string expected_sha256;
+  // Conditions, sent when set and applied by the server in RFC 7232 order,
+  // as S3 does. A failed If-Match / If-Unmodified-Since is
+  // FailedPrecondition with S3 code PreconditionFailed (412); a matching
+  // If-None-Match, or no change since If-Modified-Since, is
+  // FailedPrecondition with S3 code NotModified (304).
+  std::string if_match;       // an ETag (quoted, as returned) or "*"
+  std::string if_none_match;  // an ETag or "*"
+  std::time_t if_modified_since = 0;
+  std::time_t if_unmodified_since = 0;
   Status Validate() const;
 };
 
 struct GetObjectResult {
   Buffer data;
   S3ObjectInfo info;
+};
+
+struct CopyObjectArgs {
+  std::string source_bucket;
+  std::string source_key;
+  std::string bucket;  // the destination, may be the source's bucket
+  std::string key;
+  // false (default): the copy keeps the source's content type, metadata and
+  // headers; true: they are replaced by the three fields below (S3's
+  // x-amz-metadata-directive REPLACE; required to copy an object onto itself).
+  bool replace_metadata = false;
+  std::string content_type;
+  std::vector<std::pair<std::string, std::string>> metadata;
+  std::vector<std::pair<std::string, std::string>> headers;  // as PutObjectArgs::headers
+  // Copy only while the source has this ETag (x-amz-copy-source-if-match),
+  // else FailedPrecondition (PreconditionFailed). Default "": unconditional.
+  std::string source_if_match;
+  Status Validate() const;
+};
+
+struct CopyObjectResult {
+  std::string etag;  // of the copy
+  std::time_t last_modified = 0;
 };
 
 struct ObjectArgs {  // HeadObject, DeleteObject
@@ -164,6 +203,7 @@ struct UploadObjectArgs {
   GatherList body;
   std::string content_type;
   std::vector<std::pair<std::string, std::string>> metadata;
+  std::vector<std::pair<std::string, std::string>> headers;  // as PutObjectArgs::headers
   // Objects larger than part_size go multipart, parts of part_size bytes
   // (the last may be smaller). S3 needs >= 5 MiB. Default 64 MiB.
   uint64_t part_size = 64ull << 20;
@@ -228,6 +268,8 @@ class S3Client {
   Result<GetObjectResult> GetObject(const GetObjectArgs& args);
   Result<S3ObjectInfo> HeadObject(const ObjectArgs& args);  // NotFound (NoSuchKey) when absent
   Status DeleteObject(const ObjectArgs& args);              // OK when absent, as S3
+  // Server-side copy (no bytes through the client), up to 5 GiB on AWS.
+  Result<CopyObjectResult> CopyObject(const CopyObjectArgs& args);
   Result<ListObjectsResult> ListObjects(const ListObjectsArgs& args);
 
   // PUT, or a multipart upload with parts sent in parallel; a failed
