@@ -7,6 +7,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <ctime>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -292,6 +293,42 @@ Status ParseMaxItems(const std::string* v, std::string_view name, int64_t* out) 
   return Status::OK();
 }
 
+// S3 subresources (query parameters naming an API other than the plain
+// object or bucket one) this server does not implement. A request naming
+// one is refused rather than served as the plain operation: PUT ?retention
+// must not overwrite the object, DELETE ?cors must not delete the bucket.
+constexpr std::string_view kUnimplementedSubresources[] = {
+    "accelerate",
+    "acl",
+    "analytics",
+    "attributes",
+    "cors",
+    "encryption",
+    "intelligent-tiering",
+    "inventory",
+    "legal-hold",
+    "lifecycle",
+    "logging",
+    "metrics",
+    "notification",
+    "object-lock",
+    "ownershipControls",
+    "policy",
+    "policyStatus",
+    "publicAccessBlock",
+    "replication",
+    "requestPayment",
+    "restore",
+    "retention",
+    "select",
+    "tagging",
+    "torrent",
+    "versioning",
+    "website",
+    "session",
+    "renameObject",
+};
+
 constexpr std::string_view kOwnerXml =
     "<Owner><ID>xsilo</ID><DisplayName>xsilo</DisplayName></Owner>";
 
@@ -303,6 +340,17 @@ struct S3Server::Impl {
   std::unique_ptr<s3::HttpServer> http;
   std::mutex uploads_mu;
   std::map<std::string, Upload> uploads;
+  // Recently completed uploads, so that a retried Complete (its response
+  // lost) gets the same answer, as in S3, instead of NoSuchUpload.
+  struct Completed {
+    std::string bucket;
+    std::string key;
+    std::vector<std::pair<int, std::string>> parts;  // as listed: number, unquoted ETag
+    std::string etag;
+  };
+  static constexpr size_t kRememberedCompletions = 1024;
+  std::map<std::string, Completed> completed;
+  std::deque<std::string> completed_order;  // oldest first
   std::atomic<uint64_t> next_id{1};
   uint64_t id_salt = std::random_device{}();
 
@@ -329,6 +377,7 @@ struct S3Server::Impl {
   Status CreateUpload(Ctx& c);
   Status UploadPart(Ctx& c);
   Status CompleteUpload(Ctx& c);
+  static std::string CompleteResultXml(const Ctx& c, const std::string& etag);
   Status AbortUpload(Ctx& c);
 };
 
@@ -419,6 +468,16 @@ Status S3Server::Impl::Route(Ctx& c) {
   XSILO_RETURN_IF_ERROR(Authenticate(c));
 
   const std::string& m = req.method;
+  for (std::string_view sub : kUnimplementedSubresources) {
+    if (c.HasQuery(sub)) {
+      return S3Error("NotImplemented",
+                     "The " + std::string(sub) + " subresource is not implemented by xsilo s3d.");
+    }
+  }
+  // Buckets here are unversioned: "null" names the one version of an object.
+  if (const std::string* v = c.Query("versionId"); v && *v != "null") {
+    return S3Error("InvalidArgument", "Invalid version id specified");
+  }
   if (c.bucket.empty()) {
     if (m == "GET") return ListBuckets(c);
     return S3Error("MethodNotAllowed",
@@ -454,10 +513,6 @@ Status S3Server::Impl::Route(Ctx& c) {
     }
     if (m == "GET" && c.HasQuery("uploads")) return ListMultipartUploads(c);
     if (m == "GET" && c.HasQuery("versions")) return ListObjectVersions(c);
-    if (m == "GET" && (c.HasQuery("versioning") || c.HasQuery("acl") || c.HasQuery("policy") ||
-                       c.HasQuery("lifecycle"))) {
-      return S3Error("NotImplemented", "This bucket subresource is not implemented.");
-    }
     if (m == "GET") return ListObjects(c);
     if (m == "POST" && c.HasQuery("delete")) return DeleteObjects(c);
     return S3Error("MethodNotAllowed",
@@ -465,16 +520,13 @@ Status S3Server::Impl::Route(Ctx& c) {
   }
   if (m == "PUT") {
     if (c.HasQuery("uploadId") || c.HasQuery("partNumber")) return UploadPart(c);
-    if (c.HasQuery("acl") || c.HasQuery("tagging")) {
-      return S3Error("NotImplemented", "This object subresource is not implemented.");
-    }
     if (c.req.Header("x-amz-copy-source")) return CopyObject(c);
     return PutObject(c);
   }
   if (m == "GET" && c.HasQuery("uploadId")) return ListParts(c);
   if (m == "GET" || m == "HEAD") {
-    if (c.HasQuery("uploadId") || c.HasQuery("acl") || c.HasQuery("tagging")) {
-      return S3Error("NotImplemented", "This object subresource is not implemented.");
+    if (c.HasQuery("uploadId") || c.HasQuery("partNumber")) {
+      return S3Error("NotImplemented", "GetObject by partNumber is not implemented.");
     }
     return GetObject(c);
   }
@@ -724,9 +776,9 @@ Status S3Server::Impl::ListObjects(Ctx& c) {
   XSILO_RETURN_IF_ERROR(ParseMaxItems(c.Query("max-keys"), "max-keys", &max_keys));
   std::string after;
   std::string token = q("continuation-token");
-  if (v2 && c.HasQuery("continuation-token")) {
+  if (v2 && !token.empty()) {  // an empty token starts from the beginning, as in S3
     auto dec = Base64Decode(token);
-    if (token.empty() || !dec) {
+    if (!dec) {
       return S3Error("InvalidArgument", "The continuation token provided is incorrect");
     }
     after.assign(dec->begin(), dec->end());
@@ -759,8 +811,11 @@ Status S3Server::Impl::ListObjects(Ctx& c) {
                 (fetch_owner ? std::string(kOwnerXml) : std::string()) +
                 "<StorageClass>STANDARD</StorageClass></Contents>";
   }
+  // V1 returns its Prefix as sent even with encoding-type=url (S3 does; boto3
+  // decodes V1's Delimiter, Marker, NextMarker and keys, not Prefix).
   std::string xml = "<ListBucketResult" + std::string(kXmlns) + "><Name>" +
-                    s3::XmlEscape(c.bucket) + "</Name><Prefix>" + enc(prefix) + "</Prefix>";
+                    s3::XmlEscape(c.bucket) + "</Name><Prefix>" +
+                    (v2 ? enc(prefix) : s3::XmlEscape(prefix)) + "</Prefix>";
   if (v2) {
     xml += "<KeyCount>" + std::to_string(page.items.size()) + "</KeyCount>";
     if (c.HasQuery("continuation-token"))
@@ -850,7 +905,11 @@ Status S3Server::Impl::DeleteObjects(Ctx& c) {
   bool quiet = s3::XmlText(doc, "Quiet").value_or("") == "true";
   std::string xml = "<DeleteResult" + std::string(kXmlns) + ">";
   bool any = false;
-  Status failure;
+  size_t objects = 0;
+  s3::XmlForEach(doc, "Object", [&](std::string_view) { ++objects; });
+  if (objects > 1000) {
+    return S3Error("MalformedXML", "DeleteObjects takes at most 1000 keys per request.");
+  }
   s3::XmlForEach(doc, "Object", [&](std::string_view obj) {
     auto key = s3::XmlText(obj, "Key");
     if (!key) return;
@@ -1095,6 +1154,13 @@ Status S3Server::Impl::UploadPart(Ctx& c) {
   return Status::OK();
 }
 
+std::string S3Server::Impl::CompleteResultXml(const Ctx& c, const std::string& etag) {
+  return "<CompleteMultipartUploadResult" + std::string(kXmlns) + "><Location>/" +
+         s3::XmlEscape(c.bucket) + "/" + s3::XmlEscape(c.key) + "</Location><Bucket>" +
+         s3::XmlEscape(c.bucket) + "</Bucket><Key>" + s3::XmlEscape(c.key) + "</Key><ETag>" +
+         s3::XmlEscape(etag) + "</ETag></CompleteMultipartUploadResult>";
+}
+
 Status S3Server::Impl::CompleteUpload(Ctx& c) {
   const std::string& id = *c.Query("uploadId");
   XSILO_ASSIGN_OR_RETURN(Buffer body, ReadBody(c, kMaxXmlBody, nullptr));
@@ -1118,6 +1184,12 @@ Status S3Server::Impl::CompleteUpload(Ctx& c) {
     std::lock_guard<std::mutex> lock(uploads_mu);
     auto it = uploads.find(id);
     if (it == uploads.end() || it->second.bucket != c.bucket || it->second.key != c.key) {
+      auto done = completed.find(id);
+      if (done != completed.end() && done->second.bucket == c.bucket && done->second.key == c.key &&
+          done->second.parts == listed) {
+        SendXml(c, 200, CompleteResultXml(c, done->second.etag));
+        return Status::OK();
+      }
       return S3Error("NoSuchUpload", "The specified upload does not exist.");
     }
     Upload& u = it->second;
@@ -1160,11 +1232,16 @@ Status S3Server::Impl::CompleteUpload(Ctx& c) {
   obj.mtime = std::time(nullptr);
   std::string etag = obj.etag;
   XSILO_RETURN_IF_ERROR(store->Put(c.bucket, c.key, std::move(obj)));
-  SendXml(c, 200,
-          "<CompleteMultipartUploadResult" + std::string(kXmlns) + "><Location>/" +
-              s3::XmlEscape(c.bucket) + "/" + s3::XmlEscape(c.key) + "</Location><Bucket>" +
-              s3::XmlEscape(c.bucket) + "</Bucket><Key>" + s3::XmlEscape(c.key) + "</Key><ETag>" +
-              s3::XmlEscape(etag) + "</ETag></CompleteMultipartUploadResult>");
+  {
+    std::lock_guard<std::mutex> lock(uploads_mu);
+    completed[id] = Completed{c.bucket, c.key, std::move(listed), etag};
+    completed_order.push_back(id);
+    if (completed_order.size() > kRememberedCompletions) {
+      completed.erase(completed_order.front());
+      completed_order.pop_front();
+    }
+  }
+  SendXml(c, 200, CompleteResultXml(c, etag));
   return Status::OK();
 }
 

@@ -77,3 +77,26 @@ def test_invalid_bucket_name(s3, name):
 
 def test_list_buckets_shows_created(s3, bucket):
     assert bucket in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+
+
+def test_subresource_requests_never_act_as_plain_ones(s3, bucket):
+    # Whether or not a server implements tagging, CORS or object lock, a
+    # request for one must not overwrite the object or delete the bucket.
+    s3.put_object(Bucket=bucket, Key="k", Body=b"weights")
+    calls = [
+        lambda: s3.put_object_tagging(Bucket=bucket, Key="k",
+                                      Tagging={"TagSet": [{"Key": "a", "Value": "b"}]}),
+        lambda: s3.delete_object_tagging(Bucket=bucket, Key="k"),
+        lambda: s3.put_object_retention(Bucket=bucket, Key="k", Retention={
+            "Mode": "GOVERNANCE", "RetainUntilDate": "2099-01-01T00:00:00Z"}),
+        lambda: s3.delete_bucket_cors(Bucket=bucket),
+        lambda: s3.put_bucket_versioning(Bucket=bucket,
+                                         VersioningConfiguration={"Status": "Suspended"}),
+    ]
+    for call in calls:
+        try:
+            call()
+        except ClientError:
+            pass
+        s3.head_bucket(Bucket=bucket)
+        assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"weights"

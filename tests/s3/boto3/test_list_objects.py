@@ -147,3 +147,17 @@ def test_invalid_max_keys(s3, filled):
     with pytest.raises(Exception) as e:
         s3.list_objects(Bucket=filled, MaxKeys=-1)
     assert error_of(e) == (400, "InvalidArgument")
+
+
+def test_v2_empty_continuation_token_starts_at_the_beginning(s3, filled):
+    r = s3.list_objects_v2(Bucket=filled, ContinuationToken="")
+    assert keys_of(r) == KEYS and r["IsTruncated"] is False
+
+
+@pytest.mark.s3rver_lacks("accepts more than 1000 keys in one DeleteObjects")
+def test_delete_objects_over_1000_keys_is_refused(s3, filled):
+    objects = [{"Key": "k%d" % i} for i in range(1001)]
+    with pytest.raises(Exception) as e:
+        s3.delete_objects(Bucket=filled, Delete={"Objects": objects})
+    assert error_of(e) == (400, "MalformedXML")
+    assert keys_of(s3.list_objects(Bucket=filled)) == KEYS

@@ -199,3 +199,13 @@ def test_complete_with_no_parts_is_malformed(s3, bucket):
         complete(s3, bucket, "k", uid, [])
     assert error_of(e)[0] == 400
     assert_absent(s3, bucket, "k")
+
+
+@pytest.mark.s3rver_lacks("answers a repeated Complete with InternalError")
+def test_complete_retried_after_success_gets_the_same_answer(s3, bucket):
+    # A client whose Complete response was lost retries it.
+    uid, parts = upload_parts(s3, bucket, "k", [MIB5, 10])
+    first = complete(s3, bucket, "k", uid, parts)
+    again = complete(s3, bucket, "k", uid, parts)
+    assert again["ETag"] == first["ETag"]
+    assert s3.head_object(Bucket=bucket, Key="k")["ContentLength"] == MIB5 + 10
