@@ -186,10 +186,30 @@ constexpr StoredHeaderName kStoredHeaders[] = {
     {"Expires", "expires", "response-expires"},
 };
 
+// Content-Encoding without "aws-chunked", which describes the upload's
+// framing and not the object (S3 does not store it either).
+std::string StorableContentEncoding(std::string_view value) {
+  std::string out;
+  while (!value.empty()) {
+    size_t comma = value.find(',');
+    std::string_view token = TrimSpaces(value.substr(0, comma));
+    value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
+    if (token.empty() || token == "aws-chunked") continue;
+    if (!out.empty()) out += ", ";
+    out += token;
+  }
+  return out;
+}
+
 Params StoredHeaders(const HttpRequest& req) {
   Params out;
   for (const auto& h : kStoredHeaders) {
-    if (const std::string* v = req.Header(h.lower)) out.emplace_back(std::string(h.name), *v);
+    const std::string* v = req.Header(h.lower);
+    if (!v) continue;
+    std::string value = h.lower == "content-encoding" ? StorableContentEncoding(*v) : *v;
+    if (!value.empty() || h.lower != "content-encoding") {
+      out.emplace_back(std::string(h.name), std::move(value));
+    }
   }
   return out;
 }

@@ -103,3 +103,12 @@ def test_missing_object_is_no_such_key(s3, bucket):
     with pytest.raises(Exception) as e:
         s3.get_object(Bucket=bucket, Key="absent", ResponseContentType="text/plain")
     assert error_of(e) == (404, "NoSuchKey")
+
+
+@pytest.mark.s3rver_lacks("stores the aws-chunked content coding")
+def test_aws_chunked_is_not_stored_as_a_content_encoding(s3, bucket):
+    for sent, stored in [("gzip", "gzip"), ("deflate, gzip", "deflate, gzip"),
+                         ("gzip, aws-chunked", "gzip"), ("aws-chunked, gzip", "gzip"),
+                         ("aws-chunked", None)]:
+        s3.put_object(Bucket=bucket, Key="enc", Body=b"x", ContentEncoding=sent)
+        assert s3.head_object(Bucket=bucket, Key="enc").get("ContentEncoding") == stored, sent
