@@ -1,6 +1,6 @@
 // Our client on the S3 features of issue #18, one test group per feature
-// (standard headers, conditional GET, CopyObject, presign expiry, bucket
-// errors), against the embedded server with memory and directory storage
+// (standard headers, conditional GET, CopyObject, multipart listing,
+// presign expiry, bucket errors), against the embedded server with memory and directory storage
 // and against s3rver, so the assertions hold for an S3 server we did not
 // write too. Where s3rver lacks a behaviour the test says so and skips
 // that part (the boto3 tests in tests/s3/boto3/ cover the rest).
@@ -286,6 +286,59 @@ TEST_P(CompatTest, BucketErrors) {
   auto again = client_->CreateBucket({.bucket = kBucket});
   EXPECT_EQ(again.code(), StatusCode::kAlreadyExists) << again.ToString();
   EXPECT_EQ(S3ErrorCode(again), "BucketAlreadyOwnedByYou");
+}
+
+TEST_P(CompatTest, MultipartListingAndCleanup) {
+  if (s3rver()) GTEST_SKIP() << "s3rver implements neither ListMultipartUploads nor ListParts";
+  std::vector<std::string> ids;
+  for (const char* key : {"round/1", "round/2", "round/2", "other", "round/3"}) {
+    auto id = client_->CreateMultipartUpload({.bucket = kBucket, .key = key});
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    ids.push_back(*id);
+  }
+  // Pages of two uploads, followed to the end, in S3's order.
+  auto listed = client_->ListMultipartUploads({.bucket = kBucket, .max_uploads = 2});
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  std::vector<std::pair<std::string, std::string>> got;
+  for (const auto& u : *listed) got.emplace_back(u.key, u.upload_id);
+  std::vector<std::pair<std::string, std::string>> want = {{"other", ids[3]},
+                                                           {"round/1", ids[0]},
+                                                           {"round/2", ids[1]},
+                                                           {"round/2", ids[2]},
+                                                           {"round/3", ids[4]}};
+  EXPECT_EQ(got, want);
+  auto round = client_->ListMultipartUploads({.bucket = kBucket, .prefix = "round/"});
+  ASSERT_TRUE(round.ok());
+  EXPECT_EQ(round->size(), 4u);
+  EXPECT_GT(round->front().initiated, 0);
+
+  for (int n : {2, 1}) {  // out of order: listed by number
+    auto put =
+        client_->PresignUrl({.method = "PUT",
+                             .bucket = kBucket,
+                             .key = "round/1",
+                             .query = {{"partNumber", std::to_string(n)}, {"uploadId", ids[0]}}});
+    ASSERT_TRUE(put.ok());
+    ASSERT_TRUE(HttpPutUrl(*put, Gather(std::string(n * 10, 'p'))).ok());
+  }
+  auto parts = client_->ListParts({.bucket = kBucket, .key = "round/1"}, ids[0]);
+  ASSERT_TRUE(parts.ok()) << parts.status().ToString();
+  ASSERT_EQ(parts->size(), 2u);
+  EXPECT_EQ((*parts)[0].part_number, 1);
+  EXPECT_EQ((*parts)[0].size, 10u);
+  EXPECT_EQ((*parts)[1].part_number, 2);
+  EXPECT_EQ((*parts)[1].size, 20u);
+  EXPECT_FALSE((*parts)[0].etag.empty());
+
+  // What a coordinator does with uploads a crashed party left behind.
+  for (const auto& u : *listed) {
+    ASSERT_TRUE(client_->AbortMultipartUpload({.bucket = kBucket, .key = u.key}, u.upload_id).ok());
+  }
+  auto left = client_->ListMultipartUploads({.bucket = kBucket});
+  ASSERT_TRUE(left.ok());
+  EXPECT_TRUE(left->empty());
+  EXPECT_EQ(S3ErrorCode(client_->ListParts({.bucket = kBucket, .key = "round/1"}, ids[0]).status()),
+            "NoSuchUpload");
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CompatTest, ::testing::Values("memory", "directory", "s3rver"),

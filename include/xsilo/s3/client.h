@@ -197,6 +197,26 @@ struct ListObjectsResult {
   std::string next_continuation_token;
 };
 
+struct ListUploadsArgs {  // ListMultipartUploads
+  std::string bucket;
+  std::string prefix;      // only uploads of keys starting with this
+  int max_uploads = 1000;  // per request, 1..1000; every page is fetched
+  Status Validate() const;
+};
+
+struct MultipartUploadInfo {
+  std::string key;
+  std::string upload_id;
+  std::time_t initiated = 0;
+};
+
+struct PartInfo {
+  int part_number = 0;
+  uint64_t size = 0;
+  std::string etag;  // quoted
+  std::time_t last_modified = 0;
+};
+
 struct UploadObjectArgs {
   std::string bucket;
   std::string key;
@@ -285,6 +305,11 @@ class S3Client {
   // to others (presigned "PUT ?partNumber=N&uploadId=ID" URLs).
   Result<std::string> CreateMultipartUpload(const ObjectArgs& args);  // the upload id
   Status AbortMultipartUpload(const ObjectArgs& args, const std::string& upload_id);
+  // Uploads begun and neither completed nor aborted (e.g. left by a crashed
+  // party: abort them to free their parts), by key then initiation time.
+  Result<std::vector<MultipartUploadInfo>> ListMultipartUploads(const ListUploadsArgs& args);
+  // The parts an upload holds so far, by part number (every page fetched).
+  Result<std::vector<PartInfo>> ListParts(const ObjectArgs& args, const std::string& upload_id);
 
   const S3ClientOptions& options() const;
   struct Impl;
