@@ -19,8 +19,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   # s3: client (libcurl, OpenSSL for SigV4) and embedded server; curl CLI for interop tests
   libcurl4-openssl-dev libssl-dev curl
-  # s3 interop test: boto3 against the embedded server
-  python3-boto3
+  # s3 interop tests: boto3 against the embedded server and s3rver, run by pytest from ctest
+  python3-boto3 python3-pytest
   # mpi-generic / mpi-buffer transports (Open MPI)
   libopenmpi-dev openmpi-bin
   # tensorpipe transport (optional: without it the backend is not built)

@@ -67,6 +67,44 @@ Status ValidateMetadata(const std::vector<std::pair<std::string, std::string>>& 
   return Status::OK();
 }
 
+// The standard headers S3 stores with an object, as S3 spells them.
+constexpr std::string_view kStoredHeaderNames[] = {
+    "Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language", "Expires"};
+
+bool SameNameIgnoringCase(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// Sent with S3's spelling, whatever the caller's case (names are signed
+// lowercase either way).
+void AddStoredHeaders(const std::vector<std::pair<std::string, std::string>>& headers,
+                      Params* out) {
+  for (const auto& [k, v] : headers) {
+    std::string name = k;
+    std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+    out->emplace_back(std::move(name), v);
+  }
+}
+
+Status ValidateStoredHeaders(const std::vector<std::pair<std::string, std::string>>& headers) {
+  for (const auto& [k, v] : headers) {
+    bool known = std::any_of(std::begin(kStoredHeaderNames), std::end(kStoredHeaderNames),
+                             [&](std::string_view n) { return SameNameIgnoringCase(k, n); });
+    if (!known) {
+      return InvalidArgument("headers: " + k +
+                             " is not one S3 stores (Cache-Control, Content-Disposition, "
+                             "Content-Encoding, Content-Language, Expires)");
+    }
+    if (v.find_first_of("\r\n") != std::string::npos) {
+      return InvalidArgument("headers: the value of " + k + " must be one line");
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status CreateBucketArgs::Validate() const { return ValidateBucket(bucket); }
@@ -76,6 +114,7 @@ Status ObjectArgs::Validate() const { return ValidateObject(bucket, key); }
 Status PutObjectArgs::Validate() const {
   XSILO_RETURN_IF_ERROR(ValidateObject(bucket, key));
   XSILO_RETURN_IF_ERROR(ValidateMetadata(metadata));
+  XSILO_RETURN_IF_ERROR(ValidateStoredHeaders(headers));
   if (body.size > (5ull << 30)) {
     return InvalidArgument("a single PUT is limited to 5 GiB; use UploadObject");
   }
@@ -86,10 +125,34 @@ Status GetObjectArgs::Validate() const {
   XSILO_RETURN_IF_ERROR(ValidateObject(bucket, key));
   if (length && *length == 0) return InvalidArgument("range length must be > 0");
   if (length && offset + *length < offset) return InvalidArgument("range overflows");
+  if ((if_match + if_none_match).find_first_of("\r\n") != std::string::npos) {
+    return InvalidArgument("if_match / if_none_match must be one line");
+  }
   if (!expected_sha256.empty()) {
     auto d = Base64Decode(expected_sha256);
     if (!d || d->size() != 32) return InvalidArgument("expected_sha256 must be base64 of 32 bytes");
   }
+  return Status::OK();
+}
+
+Status CopyObjectArgs::Validate() const {
+  XSILO_RETURN_IF_ERROR(ValidateObject(source_bucket, source_key));
+  XSILO_RETURN_IF_ERROR(ValidateObject(bucket, key));
+  XSILO_RETURN_IF_ERROR(ValidateMetadata(metadata));
+  XSILO_RETURN_IF_ERROR(ValidateStoredHeaders(headers));
+  if (!replace_metadata && (!content_type.empty() || !metadata.empty() || !headers.empty())) {
+    return InvalidArgument(
+        "CopyObject: content_type, metadata and headers apply only with replace_metadata");
+  }
+  if (!replace_metadata && source_bucket == bucket && source_key == key) {
+    return InvalidArgument("CopyObject: copying an object onto itself needs replace_metadata");
+  }
+  return Status::OK();
+}
+
+Status ListUploadsArgs::Validate() const {
+  XSILO_RETURN_IF_ERROR(ValidateBucket(bucket));
+  if (max_uploads < 1 || max_uploads > 1000) return InvalidArgument("max_uploads must be 1..1000");
   return Status::OK();
 }
 
@@ -102,6 +165,7 @@ Status ListObjectsArgs::Validate() const {
 Status UploadObjectArgs::Validate() const {
   XSILO_RETURN_IF_ERROR(ValidateObject(bucket, key));
   XSILO_RETURN_IF_ERROR(ValidateMetadata(metadata));
+  XSILO_RETURN_IF_ERROR(ValidateStoredHeaders(headers));
   XSILO_RETURN_IF_ERROR(ValidateGather(body));
   if (part_size < (5ull << 20) || part_size > (5ull << 30)) {
     return InvalidArgument("part_size must be 5 MiB .. 5 GiB");
@@ -571,7 +635,7 @@ struct S3Client::Impl {
   Result<PutObjectResult> Put(const std::string& bucket, const std::string& key,
                               const GatherList& body, const std::string& content_type,
                               const std::vector<std::pair<std::string, std::string>>& metadata,
-                              bool checksum, bool md5, Params query);
+                              const Params& headers, bool checksum, bool md5, Params query);
 };
 
 Status S3Client::Impl::HttpError(const Call& call, const Reply& reply) const {
@@ -587,6 +651,9 @@ Status S3Client::Impl::HttpError(const Call& call, const Reply& reply) const {
         break;
       case 416:
         code = "InvalidRange";
+        break;
+      case 304:
+        code = "NotModified";
         break;
       case 412:
         code = "PreconditionFailed";
@@ -750,6 +817,9 @@ S3ObjectInfo InfoFromHeaders(const std::string& key, const Reply& r) {
   if (const std::string* v = r.Header("x-amz-checksum-sha256")) info.checksum_sha256 = *v;
   for (const auto& [k, v] : r.headers) {
     if (k.rfind("x-amz-meta-", 0) == 0) info.metadata.emplace_back(k.substr(11), v);
+    for (std::string_view name : kStoredHeaderNames) {
+      if (SameNameIgnoringCase(k, name)) info.headers.emplace_back(std::string(name), v);
+    }
   }
   return info;
 }
@@ -769,8 +839,8 @@ Status VerifySha256(const uint8_t* data, uint64_t size, const std::string& want_
 Result<PutObjectResult> S3Client::Impl::Put(
     const std::string& bucket, const std::string& key, const GatherList& body,
     const std::string& content_type,
-    const std::vector<std::pair<std::string, std::string>>& metadata, bool checksum, bool md5,
-    Params query) {
+    const std::vector<std::pair<std::string, std::string>>& metadata, const Params& headers,
+    bool checksum, bool md5, Params query) {
   Call c;
   c.method = "PUT";
   c.bucket = bucket;
@@ -783,6 +853,7 @@ Result<PutObjectResult> S3Client::Impl::Put(
     std::transform(name.begin(), name.end(), name.begin(), ::tolower);
     c.headers.emplace_back("x-amz-meta-" + name, v);
   }
+  AddStoredHeaders(headers, &c.headers);
   PutObjectResult result;
   if (checksum) {
     result.checksum_sha256 = s3::Base64Of(Sha256Of(body));
@@ -849,7 +920,7 @@ Status S3Client::DeleteBucket(const BucketArgs& args) {
 Result<PutObjectResult> S3Client::PutObject(const PutObjectArgs& args) {
   XSILO_RETURN_IF_ERROR(args.Validate());
   return impl_->Put(args.bucket, args.key, args.body, args.content_type, args.metadata,
-                    args.checksum_sha256, args.content_md5, {});
+                    args.headers, args.checksum_sha256, args.content_md5, {});
 }
 
 Result<GetObjectResult> S3Client::GetObject(const GetObjectArgs& args) {
@@ -866,6 +937,14 @@ Result<GetObjectResult> S3Client::GetObject(const GetObjectArgs& args) {
     c.headers.emplace_back("range", range);
   }
   if (args.verify_checksum) c.headers.emplace_back("x-amz-checksum-mode", "ENABLED");
+  if (!args.if_match.empty()) c.headers.emplace_back("if-match", args.if_match);
+  if (!args.if_none_match.empty()) c.headers.emplace_back("if-none-match", args.if_none_match);
+  if (args.if_modified_since != 0) {
+    c.headers.emplace_back("if-modified-since", s3::FormatHttpDate(args.if_modified_since));
+  }
+  if (args.if_unmodified_since != 0) {
+    c.headers.emplace_back("if-unmodified-since", s3::FormatHttpDate(args.if_unmodified_since));
+  }
   Reply r;
   XSILO_RETURN_IF_ERROR(impl_->Execute(c, &r));
   GetObjectResult out;
@@ -917,6 +996,38 @@ Status S3Client::DeleteObject(const ObjectArgs& args) {
   return impl_->Execute(c, &r);
 }
 
+Result<CopyObjectResult> S3Client::CopyObject(const CopyObjectArgs& args) {
+  XSILO_RETURN_IF_ERROR(args.Validate());
+  Call c;
+  c.method = "PUT";
+  c.bucket = args.bucket;
+  c.key = args.key;
+  c.headers.emplace_back("x-amz-copy-source",
+                         s3::UriEncode("/" + args.source_bucket + "/" + args.source_key, false));
+  if (args.replace_metadata) {
+    c.headers.emplace_back("x-amz-metadata-directive", "REPLACE");
+    if (!args.content_type.empty()) c.headers.emplace_back("content-type", args.content_type);
+    for (const auto& [k, v] : args.metadata) {
+      std::string name = k;
+      std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+      c.headers.emplace_back("x-amz-meta-" + name, v);
+    }
+    AddStoredHeaders(args.headers, &c.headers);
+  }
+  if (!args.source_if_match.empty()) {
+    c.headers.emplace_back("x-amz-copy-source-if-match", args.source_if_match);
+  }
+  Reply r;
+  XSILO_RETURN_IF_ERROR(impl_->Execute(c, &r));
+  // S3 may answer 200 and report a failure in the body.
+  if (r.text.find("<Error>") != std::string::npos) return impl_->HttpError(c, r);
+  CopyObjectResult out;
+  out.etag = s3::XmlText(r.text, "ETag").value_or("");
+  out.last_modified = ParseIsoDate(s3::XmlText(r.text, "LastModified").value_or(""));
+  if (out.etag.empty()) return Internal("CopyObject: no ETag in the response");
+  return out;
+}
+
 Result<ListObjectsResult> S3Client::ListObjects(const ListObjectsArgs& args) {
   XSILO_RETURN_IF_ERROR(args.Validate());
   ListObjectsResult out;
@@ -945,10 +1056,10 @@ Result<ListObjectsResult> S3Client::ListObjects(const ListObjectsArgs& args) {
 }
 
 namespace {
-Result<std::string> StartMultipart(
-    S3Client::Impl& impl, const std::string& bucket, const std::string& key,
-    const std::string& content_type,
-    const std::vector<std::pair<std::string, std::string>>& metadata) {
+Result<std::string> StartMultipart(S3Client::Impl& impl, const std::string& bucket,
+                                   const std::string& key, const std::string& content_type,
+                                   const std::vector<std::pair<std::string, std::string>>& metadata,
+                                   const Params& headers) {
   Call create;
   create.method = "POST";
   create.bucket = bucket;
@@ -960,6 +1071,7 @@ Result<std::string> StartMultipart(
     std::transform(name.begin(), name.end(), name.begin(), ::tolower);
     create.headers.emplace_back("x-amz-meta-" + name, v);
   }
+  AddStoredHeaders(headers, &create.headers);
   Reply cr;
   XSILO_RETURN_IF_ERROR(impl.Execute(create, &cr));
   std::string upload_id = s3::XmlText(cr.text, "UploadId").value_or("");
@@ -980,7 +1092,80 @@ std::string CompleteMultipartXml(const std::vector<std::string>& etags) {
 
 Result<std::string> S3Client::CreateMultipartUpload(const ObjectArgs& args) {
   XSILO_RETURN_IF_ERROR(args.Validate());
-  return StartMultipart(*impl_, args.bucket, args.key, "", {});
+  return StartMultipart(*impl_, args.bucket, args.key, "", {}, {});
+}
+
+Result<std::vector<MultipartUploadInfo>> S3Client::ListMultipartUploads(
+    const ListUploadsArgs& args) {
+  XSILO_RETURN_IF_ERROR(args.Validate());
+  std::vector<MultipartUploadInfo> out;
+  std::string key_marker, id_marker;
+  while (true) {
+    Call c;
+    c.method = "GET";
+    c.bucket = args.bucket;
+    c.query = {{"uploads", ""}, {"max-uploads", std::to_string(args.max_uploads)}};
+    if (!args.prefix.empty()) c.query.emplace_back("prefix", args.prefix);
+    if (!key_marker.empty()) c.query.emplace_back("key-marker", key_marker);
+    if (!id_marker.empty()) c.query.emplace_back("upload-id-marker", id_marker);
+    Reply r;
+    XSILO_RETURN_IF_ERROR(impl_->Execute(c, &r));
+    if (r.text.find("<ListMultipartUploadsResult") == std::string::npos) {
+      return Internal("ListMultipartUploads: unexpected response body");
+    }
+    s3::XmlForEach(r.text, "Upload", [&](std::string_view item) {
+      MultipartUploadInfo u;
+      u.key = s3::XmlText(item, "Key").value_or("");
+      u.upload_id = s3::XmlText(item, "UploadId").value_or("");
+      u.initiated = ParseIsoDate(s3::XmlText(item, "Initiated").value_or(""));
+      out.push_back(std::move(u));
+    });
+    if (s3::XmlText(r.text, "IsTruncated").value_or("false") != "true") break;
+    std::string next_key = s3::XmlText(r.text, "NextKeyMarker").value_or("");
+    std::string next_id = s3::XmlText(r.text, "NextUploadIdMarker").value_or("");
+    if (next_key.empty() || (next_key == key_marker && next_id == id_marker)) {
+      return Internal("ListMultipartUploads: truncated listing without a new marker");
+    }
+    key_marker = std::move(next_key);
+    id_marker = std::move(next_id);
+  }
+  return out;
+}
+
+Result<std::vector<PartInfo>> S3Client::ListParts(const ObjectArgs& args,
+                                                  const std::string& upload_id) {
+  XSILO_RETURN_IF_ERROR(args.Validate());
+  if (upload_id.empty()) return InvalidArgument("ListParts: empty upload id");
+  std::vector<PartInfo> out;
+  std::string marker;
+  while (true) {
+    Call c;
+    c.method = "GET";
+    c.bucket = args.bucket;
+    c.key = args.key;
+    c.query = {{"uploadId", upload_id}};
+    if (!marker.empty()) c.query.emplace_back("part-number-marker", marker);
+    Reply r;
+    XSILO_RETURN_IF_ERROR(impl_->Execute(c, &r));
+    if (r.text.find("<ListPartsResult") == std::string::npos) {
+      return Internal("ListParts: unexpected response body");
+    }
+    s3::XmlForEach(r.text, "Part", [&](std::string_view item) {
+      PartInfo p;
+      p.part_number = std::atoi(s3::XmlText(item, "PartNumber").value_or("0").c_str());
+      p.size = std::strtoull(s3::XmlText(item, "Size").value_or("0").c_str(), nullptr, 10);
+      p.etag = s3::XmlText(item, "ETag").value_or("");
+      p.last_modified = ParseIsoDate(s3::XmlText(item, "LastModified").value_or(""));
+      out.push_back(std::move(p));
+    });
+    if (s3::XmlText(r.text, "IsTruncated").value_or("false") != "true") break;
+    std::string next = s3::XmlText(r.text, "NextPartNumberMarker").value_or("");
+    if (next.empty() || next == marker) {
+      return Internal("ListParts: truncated listing without a new marker");
+    }
+    marker = std::move(next);
+  }
+  return out;
 }
 
 Status S3Client::AbortMultipartUpload(const ObjectArgs& args, const std::string& upload_id) {
@@ -1000,10 +1185,11 @@ Result<PutObjectResult> S3Client::UploadObject(const UploadObjectArgs& args) {
   Impl& impl = *impl_;
   if (args.body.size <= args.part_size) {
     return impl.Put(args.bucket, args.key, args.body, args.content_type, args.metadata,
-                    args.checksum_sha256, false, {});
+                    args.headers, args.checksum_sha256, false, {});
   }
-  XSILO_ASSIGN_OR_RETURN(std::string upload_id, StartMultipart(impl, args.bucket, args.key,
-                                                               args.content_type, args.metadata));
+  XSILO_ASSIGN_OR_RETURN(
+      std::string upload_id,
+      StartMultipart(impl, args.bucket, args.key, args.content_type, args.metadata, args.headers));
 
   // Parts, in parallel.
   const uint64_t n_parts = (args.body.size + args.part_size - 1) / args.part_size;
@@ -1024,7 +1210,7 @@ Result<PutObjectResult> S3Client::UploadObject(const UploadObjectArgs& args) {
         uint64_t off = i * args.part_size;
         GatherList part =
             SliceGather(args.body, off, std::min(args.part_size, args.body.size - off));
-        auto put = impl.Put(args.bucket, args.key, part, "", {}, args.checksum_sha256, false,
+        auto put = impl.Put(args.bucket, args.key, part, "", {}, {}, args.checksum_sha256, false,
                             {{"partNumber", std::to_string(i + 1)}, {"uploadId", upload_id}});
         if (!put.ok()) {
           std::lock_guard<std::mutex> lock(err_mu);

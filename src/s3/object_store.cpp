@@ -260,6 +260,7 @@ class DirectoryObjectStore : public ObjectStore {
         std::ofstream m(meta_tmp, std::ios::binary | std::ios::trunc);
         m << object.etag << "\n" << object.content_type << "\n" << object.checksum_sha256 << "\n";
         for (const auto& [k, v] : object.user_metadata) m << k << "\t" << v << "\n";
+        for (const auto& [k, v] : object.headers) m << k << "\t" << v << "\n";
         if (!m) st = S3Error("InternalError", "write " + meta_tmp);
       }
       if (st.ok() && ::rename(meta_tmp.c_str(), (dir + "/.xsilo-meta/" + name).c_str()) != 0) {
@@ -338,8 +339,10 @@ class DirectoryObjectStore : public ObjectStore {
     if (std::getline(m, line)) o->checksum_sha256 = line;
     while (std::getline(m, line)) {
       size_t tab = line.find('\t');
-      if (tab != std::string::npos)
-        o->user_metadata.emplace_back(line.substr(0, tab), line.substr(tab + 1));
+      if (tab == std::string::npos) continue;
+      // x-amz-meta-* names are lowercase; the standard headers start uppercase.
+      auto& list = line.compare(0, 11, "x-amz-meta-") == 0 ? o->user_metadata : o->headers;
+      list.emplace_back(line.substr(0, tab), line.substr(tab + 1));
     }
     if (o->etag.empty()) o->etag = "\"" + std::to_string(o->mtime) + "\"";
   }

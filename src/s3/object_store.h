@@ -29,6 +29,10 @@ struct StoredObject {
   std::string content_type = "application/octet-stream";
   std::string checksum_sha256;  // base64, as given in x-amz-checksum-sha256 at PUT; may be ""
   std::vector<std::pair<std::string, std::string>> user_metadata;  // x-amz-meta-* (lowercase)
+  // The standard headers S3 keeps with an object and returns on GET/HEAD
+  // (Cache-Control, Content-Disposition, Content-Encoding, Content-Language,
+  // Expires), names as S3 spells them, values as the PUT sent them.
+  std::vector<std::pair<std::string, std::string>> headers;
 };
 
 struct ObjectEntry {

@@ -6,6 +6,9 @@
 #include <atomic>
 #include <cinttypes>
 #include <cstdio>
+#include <ctime>
+#include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -37,8 +40,10 @@ constexpr std::string_view kXmlns = " xmlns=\"http://s3.amazonaws.com/doc/2006-0
 constexpr uint64_t kMaxXmlBody = 4ull << 20;
 
 struct Part {
-  Buffer data;
+  std::vector<Buffer> segments;  // one Buffer for UploadPart, slices for UploadPartCopy
+  uint64_t size = 0;
   std::string etag;  // quoted
+  std::time_t mtime = 0;
 };
 
 struct Upload {
@@ -46,6 +51,9 @@ struct Upload {
   std::string key;
   std::string content_type;
   Params user_metadata;
+  Params headers;  // the standard headers to store with the object (see StoredHeaders)
+  std::time_t initiated = 0;
+  uint64_t seq = 0;  // orders uploads of one key by initiation, for ListMultipartUploads
   std::map<int, Part> parts;
 };
 
@@ -60,6 +68,7 @@ struct Ctx {
   std::string payload_hash;  // hex or UNSIGNED-PAYLOAD
   std::string request_id;
   bool head = false;
+  bool anonymous = false;  // unsigned, accepted because of allow_anonymous
 
   const std::string* Query(std::string_view name) const {
     for (const auto& [k, v] : query) {
@@ -144,6 +153,206 @@ std::vector<Buffer> SliceSegments(const std::vector<Buffer>& segs, uint64_t offs
   return out;
 }
 
+std::string QuotedHex128(const std::vector<Buffer>& segments) {
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                 &XXH3_freeState);
+  XXH3_128bits_reset(state.get());
+  for (const Buffer& b : segments) XXH3_128bits_update(state.get(), b.data(), b.size());
+  return QuotedHex128(nullptr, 0, state.get());
+}
+
+bool AllDigits(std::string_view s, size_t max_len) {
+  return !s.empty() && s.size() <= max_len &&
+         std::all_of(s.begin(), s.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+}
+
+std::string_view TrimSpaces(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// The standard headers S3 keeps with an object (as S3 spells them) and the
+// GET query parameter that overrides each in the response.
+struct StoredHeaderName {
+  std::string_view name;
+  std::string_view lower;
+  std::string_view response_param;
+};
+constexpr StoredHeaderName kStoredHeaders[] = {
+    {"Cache-Control", "cache-control", "response-cache-control"},
+    {"Content-Disposition", "content-disposition", "response-content-disposition"},
+    {"Content-Encoding", "content-encoding", "response-content-encoding"},
+    {"Content-Language", "content-language", "response-content-language"},
+    {"Expires", "expires", "response-expires"},
+};
+
+// Content-Encoding without "aws-chunked", which describes the upload's
+// framing and not the object (S3 does not store it either).
+std::string StorableContentEncoding(std::string_view value) {
+  std::string out;
+  while (!value.empty()) {
+    size_t comma = value.find(',');
+    std::string_view token = TrimSpaces(value.substr(0, comma));
+    value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
+    if (token.empty() || token == "aws-chunked") continue;
+    if (!out.empty()) out += ", ";
+    out += token;
+  }
+  return out;
+}
+
+Params StoredHeaders(const HttpRequest& req) {
+  Params out;
+  for (const auto& h : kStoredHeaders) {
+    const std::string* v = req.Header(h.lower);
+    if (!v) continue;
+    std::string value = h.lower == "content-encoding" ? StorableContentEncoding(*v) : *v;
+    if (!value.empty() || h.lower != "content-encoding") {
+      out.emplace_back(std::string(h.name), std::move(value));
+    }
+  }
+  return out;
+}
+
+Params UserMetadata(const HttpRequest& req) {
+  Params out;
+  for (const auto& [k, v] : req.headers) {
+    if (k.rfind("x-amz-meta-", 0) == 0) out.emplace_back(k, v);
+  }
+  return out;
+}
+
+// An If-Match / If-None-Match value ("*" or a list of ETags) against an ETag.
+bool EtagListMatches(std::string_view list, const std::string& etag) {
+  std::string_view want = etag;
+  if (want.size() >= 2 && want.front() == '"') want = want.substr(1, want.size() - 2);
+  while (!list.empty()) {
+    size_t comma = list.find(',');
+    std::string_view item = TrimSpaces(list.substr(0, comma));
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    if (item == "*") return true;
+    if (item.substr(0, 2) == "W/") item.remove_prefix(2);
+    if (item.size() >= 2 && item.front() == '"' && item.back() == '"') {
+      item = item.substr(1, item.size() - 2);
+    }
+    if (item == want) return true;
+  }
+  return false;
+}
+
+enum class Precondition { kProceed, kNotModified, kFailed };
+
+// The conditional headers (prefix "" for GET/HEAD, "x-amz-copy-source-" for
+// a copy's source) in the order of RFC 7232 section 6, which S3 follows:
+// If-Match, else If-Unmodified-Since; then If-None-Match, else
+// If-Modified-Since. Dates that do not parse are ignored, as S3 does.
+Precondition EvaluatePreconditions(const HttpRequest& req, const StoredObject& obj,
+                                   std::string_view prefix) {
+  auto header = [&](std::string_view name) {
+    return req.Header(std::string(prefix) + std::string(name));
+  };
+  std::time_t t = 0;
+  if (const std::string* v = header("if-match")) {
+    if (!EtagListMatches(*v, obj.etag)) return Precondition::kFailed;
+  } else if (const std::string* d = header("if-unmodified-since")) {
+    if (s3::ParseHttpDate(*d, &t) && obj.mtime > t) return Precondition::kFailed;
+  }
+  if (const std::string* v = header("if-none-match")) {
+    if (EtagListMatches(*v, obj.etag)) return Precondition::kNotModified;
+  } else if (const std::string* d = header("if-modified-since")) {
+    if (s3::ParseHttpDate(*d, &t) && obj.mtime <= t) return Precondition::kNotModified;
+  }
+  return Precondition::kProceed;
+}
+
+Status PreconditionFailed() {
+  return S3Error("PreconditionFailed",
+                 "At least one of the pre-conditions you specified did not hold");
+}
+
+// One page of a sorted listing: entries past the marker, keys sharing a
+// common prefix (up to the delimiter) rolled into one, at most max_items.
+struct PageItem {
+  size_t index;        // into the listed entries
+  std::string prefix;  // a common prefix, or "" for the entry itself
+};
+struct Page {
+  std::vector<PageItem> items;
+  bool truncated = false;
+};
+Page Paginate(size_t n, const std::function<const std::string&(size_t)>& key_of,
+              const std::function<bool(size_t)>& past_marker, const std::string& marker,
+              const std::string& prefix, const std::string& delimiter, int64_t max_items) {
+  Page page;
+  std::string last_prefix;
+  for (size_t i = 0; i < n; ++i) {
+    if (!past_marker(i)) continue;
+    const std::string& key = key_of(i);
+    std::string cp;
+    if (!delimiter.empty()) {
+      size_t pos = key.find(delimiter, prefix.size());
+      if (pos != std::string::npos) cp = key.substr(0, pos + delimiter.size());
+    }
+    if (!cp.empty() && (cp == last_prefix || (!marker.empty() && cp <= marker))) continue;
+    if (static_cast<int64_t>(page.items.size()) >= max_items) {
+      page.truncated = max_items > 0;
+      break;
+    }
+    if (!cp.empty()) last_prefix = cp;
+    page.items.push_back({i, std::move(cp)});
+  }
+  return page;
+}
+
+Status ParseMaxItems(const std::string* v, std::string_view name, int64_t* out) {
+  if (!v) return Status::OK();
+  if (!AllDigits(*v, 9)) {
+    return S3Error("InvalidArgument", std::string(name) + " must be a non-negative integer");
+  }
+  *out = std::min<int64_t>(std::stoll(*v), 1000);
+  return Status::OK();
+}
+
+// S3 subresources (query parameters naming an API other than the plain
+// object or bucket one) this server does not implement. A request naming
+// one is refused rather than served as the plain operation: PUT ?retention
+// must not overwrite the object, DELETE ?cors must not delete the bucket.
+constexpr std::string_view kUnimplementedSubresources[] = {
+    "accelerate",
+    "acl",
+    "analytics",
+    "attributes",
+    "cors",
+    "encryption",
+    "intelligent-tiering",
+    "inventory",
+    "legal-hold",
+    "lifecycle",
+    "logging",
+    "metrics",
+    "notification",
+    "object-lock",
+    "ownershipControls",
+    "policy",
+    "policyStatus",
+    "publicAccessBlock",
+    "replication",
+    "requestPayment",
+    "restore",
+    "retention",
+    "select",
+    "tagging",
+    "torrent",
+    "versioning",
+    "website",
+    "session",
+    "renameObject",
+};
+
+constexpr std::string_view kOwnerXml =
+    "<Owner><ID>xsilo</ID><DisplayName>xsilo</DisplayName></Owner>";
+
 }  // namespace
 
 struct S3Server::Impl {
@@ -152,6 +361,17 @@ struct S3Server::Impl {
   std::unique_ptr<s3::HttpServer> http;
   std::mutex uploads_mu;
   std::map<std::string, Upload> uploads;
+  // Recently completed uploads, so that a retried Complete (its response
+  // lost) gets the same answer, as in S3, instead of NoSuchUpload.
+  struct Completed {
+    std::string bucket;
+    std::string key;
+    std::vector<std::pair<int, std::string>> parts;  // as listed: number, unquoted ETag
+    std::string etag;
+  };
+  static constexpr size_t kRememberedCompletions = 1024;
+  std::map<std::string, Completed> completed;
+  std::deque<std::string> completed_order;  // oldest first
   std::atomic<uint64_t> next_id{1};
   uint64_t id_salt = std::random_device{}();
 
@@ -167,11 +387,18 @@ struct S3Server::Impl {
   Status CreateBucket(Ctx& c);
   Status ListObjects(Ctx& c);
   Status DeleteObjects(Ctx& c);
+  Status ListObjectVersions(Ctx& c);
+  Status ListMultipartUploads(Ctx& c);
   Status PutObject(Ctx& c);
   Status GetObject(Ctx& c);
+  Result<StoredObject> ReadCopySource(Ctx& c, std::string* bucket, std::string* key);
+  Status CopyObject(Ctx& c);
+  Status UploadPartCopy(Ctx& c, int part);
+  Status ListParts(Ctx& c);
   Status CreateUpload(Ctx& c);
   Status UploadPart(Ctx& c);
   Status CompleteUpload(Ctx& c);
+  static std::string CompleteResultXml(const Ctx& c, const std::string& etag);
   Status AbortUpload(Ctx& c);
 };
 
@@ -221,7 +448,7 @@ void S3Server::Impl::Handle(const HttpRequest& req, BodyReader& body, HttpRespon
   }
   char id[32];
   std::snprintf(id, sizeof(id), "%016" PRIX64, next_id.fetch_add(1) ^ id_salt);
-  Ctx c{req, body, resp, {}, {}, {}, {}, id, req.method == "HEAD"};
+  Ctx c{req, body, resp, {}, {}, {}, {}, id, req.method == "HEAD", false};
   resp->headers.emplace_back("x-amz-request-id", c.request_id);
   resp->headers.emplace_back("Server", "xsilo-s3d");
   Status st = Route(c);
@@ -262,6 +489,16 @@ Status S3Server::Impl::Route(Ctx& c) {
   XSILO_RETURN_IF_ERROR(Authenticate(c));
 
   const std::string& m = req.method;
+  for (std::string_view sub : kUnimplementedSubresources) {
+    if (c.HasQuery(sub)) {
+      return S3Error("NotImplemented",
+                     "The " + std::string(sub) + " subresource is not implemented by xsilo s3d.");
+    }
+  }
+  // Buckets here are unversioned: "null" names the one version of an object.
+  if (const std::string* v = c.Query("versionId"); v && *v != "null") {
+    return S3Error("InvalidArgument", "Invalid version id specified");
+  }
   if (c.bucket.empty()) {
     if (m == "GET") return ListBuckets(c);
     return S3Error("MethodNotAllowed",
@@ -272,6 +509,19 @@ Status S3Server::Impl::Route(Ctx& c) {
     if (m == "HEAD") return store->HeadBucket(c.bucket);
     if (m == "DELETE") {
       XSILO_RETURN_IF_ERROR(store->DeleteBucket(c.bucket));
+      // Uploads in progress go with the bucket; their parts are freed outside the lock.
+      std::vector<Upload> dead;
+      {
+        std::lock_guard<std::mutex> lock(uploads_mu);
+        for (auto it = uploads.begin(); it != uploads.end();) {
+          if (it->second.bucket != c.bucket) {
+            ++it;
+            continue;
+          }
+          dead.push_back(std::move(it->second));
+          it = uploads.erase(it);
+        }
+      }
       c.resp->status = 204;
       return Status::OK();
     }
@@ -282,27 +532,22 @@ Status S3Server::Impl::Route(Ctx& c) {
               "<LocationConstraint" + std::string(kXmlns) + ">" + region + "</LocationConstraint>");
       return Status::OK();
     }
-    if (m == "GET" && (c.HasQuery("uploads") || c.HasQuery("versioning") || c.HasQuery("acl") ||
-                       c.HasQuery("policy") || c.HasQuery("lifecycle"))) {
-      return S3Error("NotImplemented", "This bucket subresource is not implemented.");
-    }
+    if (m == "GET" && c.HasQuery("uploads")) return ListMultipartUploads(c);
+    if (m == "GET" && c.HasQuery("versions")) return ListObjectVersions(c);
     if (m == "GET") return ListObjects(c);
     if (m == "POST" && c.HasQuery("delete")) return DeleteObjects(c);
     return S3Error("MethodNotAllowed",
                    "The specified method is not allowed against this resource.");
   }
   if (m == "PUT") {
-    if (c.req.Header("x-amz-copy-source"))
-      return S3Error("NotImplemented", "CopyObject is not implemented.");
     if (c.HasQuery("uploadId") || c.HasQuery("partNumber")) return UploadPart(c);
-    if (c.HasQuery("acl") || c.HasQuery("tagging")) {
-      return S3Error("NotImplemented", "This object subresource is not implemented.");
-    }
+    if (c.req.Header("x-amz-copy-source")) return CopyObject(c);
     return PutObject(c);
   }
+  if (m == "GET" && c.HasQuery("uploadId")) return ListParts(c);
   if (m == "GET" || m == "HEAD") {
-    if (c.HasQuery("uploadId") || c.HasQuery("acl") || c.HasQuery("tagging")) {
-      return S3Error("NotImplemented", "This object subresource is not implemented.");
+    if (c.HasQuery("uploadId") || c.HasQuery("partNumber")) {
+      return S3Error("NotImplemented", "GetObject by partNumber is not implemented.");
     }
     return GetObject(c);
   }
@@ -323,11 +568,23 @@ Status S3Server::Impl::Route(Ctx& c) {
 Status S3Server::Impl::Authenticate(Ctx& c) {
   const HttpRequest& req = c.req;
   const std::string* authz = req.Header("authorization");
-  bool presigned = false;
-  for (const auto& [k, v] : c.query) presigned |= (k == "X-Amz-Signature");
+  bool presigned = false, sigv2_query = false;
+  for (const auto& [k, v] : c.query) {
+    presigned |= (k == "X-Amz-Signature");
+    sigv2_query |= (k == "AWSAccessKeyId" || k == "Signature");
+  }
+  // Signature Version 2 (boto3's presign default without
+  // Config(signature_version="s3v4")) is refused the way S3 regions that
+  // only take SigV4 refuse it.
+  if ((authz && authz->rfind("AWS ", 0) == 0) || (!presigned && sigv2_query)) {
+    return S3Error("InvalidRequest",
+                   "The authorization mechanism you have provided is not supported. "
+                   "Please use AWS4-HMAC-SHA256.");
+  }
   if (!authz && !presigned) {
     if (opts.allow_anonymous) {
       c.payload_hash = std::string(s3::kUnsignedPayload);
+      c.anonymous = true;
       return Status::OK();
     }
     return S3Error("AccessDenied", "Access Denied (the request is not signed)");
@@ -375,12 +632,14 @@ Status S3Server::Impl::Authenticate(Ctx& c) {
       return S3Error("AuthorizationQueryParametersError",
                      "X-Amz-Date must be YYYYMMDD'T'HHMMSS'Z'");
     }
-    if (auth.expires_seconds < 1 || auth.expires_seconds > opts.max_presign_expiry.count()) {
+    if (auth.expires_seconds > opts.max_presign_expiry.count()) {
       return S3Error("AuthorizationQueryParametersError",
-                     "X-Amz-Expires must be between 1 and " +
+                     "X-Amz-Expires must be less than a week (in seconds); that is, the given "
+                     "X-Amz-Expires must be less than " +
                          std::to_string(opts.max_presign_expiry.count()) + " seconds");
     }
-    if (now > signed_at + auth.expires_seconds) {
+    // X-Amz-Expires=0 is valid syntax and expired on arrival.
+    if (auth.expires_seconds == 0 || now > signed_at + auth.expires_seconds) {
       return S3Error("AccessDenied", "Request has expired");
     }
     if (signed_at > now + opts.max_clock_skew.count()) {
@@ -529,21 +788,20 @@ Status S3Server::Impl::ListObjects(Ctx& c) {
     return v ? *v : std::string();
   };
   std::string prefix = q("prefix"), delimiter = q("delimiter");
-  bool url_encode = q("encoding-type") == "url";
-  int64_t max_keys = 1000;
-  if (c.HasQuery("max-keys")) {
-    std::string mk = q("max-keys");
-    if (mk.empty() || mk.size() > 9 ||
-        !std::all_of(mk.begin(), mk.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
-      return S3Error("InvalidArgument", "max-keys must be a non-negative integer");
-    }
-    max_keys = std::min<int64_t>(std::stoll(mk), 1000);
+  const std::string* encoding = c.Query("encoding-type");
+  if (encoding && *encoding != "url") {
+    return S3Error("InvalidArgument", "Invalid Encoding Method specified in Request");
   }
+  bool url_encode = encoding != nullptr;
+  int64_t max_keys = 1000;
+  XSILO_RETURN_IF_ERROR(ParseMaxItems(c.Query("max-keys"), "max-keys", &max_keys));
   std::string after;
   std::string token = q("continuation-token");
-  if (v2 && !token.empty()) {
+  if (v2 && !token.empty()) {  // an empty token starts from the beginning, as in S3
     auto dec = Base64Decode(token);
-    if (!dec) return S3Error("InvalidArgument", "The continuation token provided is incorrect");
+    if (!dec) {
+      return S3Error("InvalidArgument", "The continuation token provided is incorrect");
+    }
     after.assign(dec->begin(), dec->end());
   } else if (v2) {
     after = q("start-after");
@@ -554,40 +812,34 @@ Status S3Server::Impl::ListObjects(Ctx& c) {
   auto enc = [&](const std::string& s) {
     return s3::XmlEscape(url_encode ? s3::UriEncode(s, false) : s);
   };
+  Page page = Paginate(
+      entries.size(), [&](size_t i) -> const std::string& { return entries[i].key; },
+      [&](size_t i) { return after.empty() || entries[i].key > after; }, after, prefix, delimiter,
+      max_keys);
   std::string contents, prefixes, last;
-  int64_t count = 0;
-  bool truncated = false;
-  std::string last_prefix;
-  for (const auto& e : entries) {
-    if (!after.empty() && e.key <= after) continue;
-    std::string cp;
-    if (!delimiter.empty()) {
-      size_t pos = e.key.find(delimiter, prefix.size());
-      if (pos != std::string::npos) cp = e.key.substr(0, pos + delimiter.size());
+  bool fetch_owner = v2 ? q("fetch-owner") == "true" : true;
+  for (const PageItem& item : page.items) {
+    if (!item.prefix.empty()) {
+      last = item.prefix;
+      prefixes += "<CommonPrefixes><Prefix>" + enc(item.prefix) + "</Prefix></CommonPrefixes>";
+      continue;
     }
-    if (!cp.empty() && (cp == last_prefix || (!after.empty() && cp <= after))) continue;
-    if (count >= max_keys) {
-      truncated = true;
-      break;
-    }
-    ++count;
-    if (!cp.empty()) {
-      last_prefix = cp;
-      last = cp;
-      prefixes += "<CommonPrefixes><Prefix>" + enc(cp) + "</Prefix></CommonPrefixes>";
-    } else {
-      last = e.key;
-      contents += "<Contents><Key>" + enc(e.key) + "</Key><LastModified>" +
-                  s3::FormatIsoDate(e.mtime) + "</LastModified><ETag>" + s3::XmlEscape(e.etag) +
-                  "</ETag><Size>" + std::to_string(e.size) +
-                  "</Size><StorageClass>STANDARD</StorageClass></Contents>";
-    }
+    const s3::ObjectEntry& e = entries[item.index];
+    last = e.key;
+    contents += "<Contents><Key>" + enc(e.key) + "</Key><LastModified>" +
+                s3::FormatIsoDate(e.mtime) + "</LastModified><ETag>" + s3::XmlEscape(e.etag) +
+                "</ETag><Size>" + std::to_string(e.size) + "</Size>" +
+                (fetch_owner ? std::string(kOwnerXml) : std::string()) +
+                "<StorageClass>STANDARD</StorageClass></Contents>";
   }
+  // V1 returns its Prefix as sent even with encoding-type=url (S3 does; boto3
+  // decodes V1's Delimiter, Marker, NextMarker and keys, not Prefix).
   std::string xml = "<ListBucketResult" + std::string(kXmlns) + "><Name>" +
-                    s3::XmlEscape(c.bucket) + "</Name><Prefix>" + enc(prefix) + "</Prefix>";
+                    s3::XmlEscape(c.bucket) + "</Name><Prefix>" +
+                    (v2 ? enc(prefix) : s3::XmlEscape(prefix)) + "</Prefix>";
   if (v2) {
-    xml += "<KeyCount>" + std::to_string(count) + "</KeyCount>";
-    if (!token.empty())
+    xml += "<KeyCount>" + std::to_string(page.items.size()) + "</KeyCount>";
+    if (c.HasQuery("continuation-token"))
       xml += "<ContinuationToken>" + s3::XmlEscape(token) + "</ContinuationToken>";
     if (c.HasQuery("start-after")) xml += "<StartAfter>" + enc(q("start-after")) + "</StartAfter>";
   } else {
@@ -596,17 +848,73 @@ Status S3Server::Impl::ListObjects(Ctx& c) {
   xml += "<MaxKeys>" + std::to_string(max_keys) + "</MaxKeys>";
   if (!delimiter.empty()) xml += "<Delimiter>" + enc(delimiter) + "</Delimiter>";
   if (url_encode) xml += "<EncodingType>url</EncodingType>";
-  xml += std::string("<IsTruncated>") + (truncated ? "true" : "false") + "</IsTruncated>";
-  if (truncated) {
+  xml += std::string("<IsTruncated>") + (page.truncated ? "true" : "false") + "</IsTruncated>";
+  if (page.truncated) {
     if (v2) {
       xml += "<NextContinuationToken>" +
              Base64Encode({reinterpret_cast<const uint8_t*>(last.data()), last.size()}) +
              "</NextContinuationToken>";
-    } else {
+    } else if (!delimiter.empty()) {
+      // As S3: V1 names the next marker only with a delimiter; without one
+      // the client continues from the last key it received.
       xml += "<NextMarker>" + enc(last) + "</NextMarker>";
     }
   }
   xml += contents + prefixes + "</ListBucketResult>";
+  SendXml(c, 200, std::move(xml));
+  return Status::OK();
+}
+
+// Buckets are never versioned here: every object is its one version, "null".
+Status S3Server::Impl::ListObjectVersions(Ctx& c) {
+  auto q = [&](std::string_view n) {
+    const std::string* v = c.Query(n);
+    return v ? *v : std::string();
+  };
+  std::string prefix = q("prefix"), delimiter = q("delimiter"), marker = q("key-marker");
+  const std::string* encoding = c.Query("encoding-type");
+  if (encoding && *encoding != "url") {
+    return S3Error("InvalidArgument", "Invalid Encoding Method specified in Request");
+  }
+  auto enc = [&](const std::string& s) {
+    return s3::XmlEscape(encoding ? s3::UriEncode(s, false) : s);
+  };
+  int64_t max_keys = 1000;
+  XSILO_RETURN_IF_ERROR(ParseMaxItems(c.Query("max-keys"), "max-keys", &max_keys));
+  XSILO_ASSIGN_OR_RETURN(auto entries, store->List(c.bucket, prefix));
+  Page page = Paginate(
+      entries.size(), [&](size_t i) -> const std::string& { return entries[i].key; },
+      [&](size_t i) { return marker.empty() || entries[i].key > marker; }, marker, prefix,
+      delimiter, max_keys);
+  std::string xml = "<ListVersionsResult" + std::string(kXmlns) + "><Name>" +
+                    s3::XmlEscape(c.bucket) + "</Name><Prefix>" + enc(prefix) +
+                    "</Prefix><KeyMarker>" + enc(marker) + "</KeyMarker><VersionIdMarker>" +
+                    s3::XmlEscape(q("version-id-marker")) + "</VersionIdMarker><MaxKeys>" +
+                    std::to_string(max_keys) + "</MaxKeys>";
+  if (!delimiter.empty()) xml += "<Delimiter>" + enc(delimiter) + "</Delimiter>";
+  if (encoding) xml += "<EncodingType>url</EncodingType>";
+  xml += std::string("<IsTruncated>") + (page.truncated ? "true" : "false") + "</IsTruncated>";
+  std::string last;
+  std::string body;
+  for (const PageItem& item : page.items) {
+    if (!item.prefix.empty()) {
+      last = item.prefix;
+      body += "<CommonPrefixes><Prefix>" + enc(item.prefix) + "</Prefix></CommonPrefixes>";
+      continue;
+    }
+    const s3::ObjectEntry& e = entries[item.index];
+    last = e.key;
+    body += "<Version><Key>" + enc(e.key) +
+            "</Key><VersionId>null</VersionId><IsLatest>true</IsLatest><LastModified>" +
+            s3::FormatIsoDate(e.mtime) + "</LastModified><ETag>" + s3::XmlEscape(e.etag) +
+            "</ETag><Size>" + std::to_string(e.size) + "</Size>" + std::string(kOwnerXml) +
+            "<StorageClass>STANDARD</StorageClass></Version>";
+  }
+  if (page.truncated) {
+    xml += "<NextKeyMarker>" + enc(last) + "</NextKeyMarker><NextVersionIdMarker>null" +
+           "</NextVersionIdMarker>";
+  }
+  xml += body + "</ListVersionsResult>";
   SendXml(c, 200, std::move(xml));
   return Status::OK();
 }
@@ -618,7 +926,11 @@ Status S3Server::Impl::DeleteObjects(Ctx& c) {
   bool quiet = s3::XmlText(doc, "Quiet").value_or("") == "true";
   std::string xml = "<DeleteResult" + std::string(kXmlns) + ">";
   bool any = false;
-  Status failure;
+  size_t objects = 0;
+  s3::XmlForEach(doc, "Object", [&](std::string_view) { ++objects; });
+  if (objects > 1000) {
+    return S3Error("MalformedXML", "DeleteObjects takes at most 1000 keys per request.");
+  }
   s3::XmlForEach(doc, "Object", [&](std::string_view obj) {
     auto key = s3::XmlText(obj, "Key");
     if (!key) return;
@@ -637,16 +949,6 @@ Status S3Server::Impl::DeleteObjects(Ctx& c) {
   return Status::OK();
 }
 
-namespace {
-Params UserMetadata(const HttpRequest& req) {
-  Params out;
-  for (const auto& [k, v] : req.headers) {
-    if (k.rfind("x-amz-meta-", 0) == 0) out.emplace_back(k, v);
-  }
-  return out;
-}
-}  // namespace
-
 Status S3Server::Impl::PutObject(Ctx& c) {
   XSILO_RETURN_IF_ERROR(store->HeadBucket(c.bucket));
   StoredObject obj;
@@ -656,6 +958,7 @@ Status S3Server::Impl::PutObject(Ctx& c) {
   obj.mtime = std::time(nullptr);
   if (const std::string* ct = c.req.Header("content-type")) obj.content_type = *ct;
   obj.user_metadata = UserMetadata(c.req);
+  obj.headers = StoredHeaders(c.req);
   if (!body.empty()) obj.segments.push_back(std::move(body));
   std::string etag = obj.etag, checksum = obj.checksum_sha256;
   XSILO_RETURN_IF_ERROR(store->Put(c.bucket, c.key, std::move(obj)));
@@ -665,11 +968,50 @@ Status S3Server::Impl::PutObject(Ctx& c) {
 }
 
 Status S3Server::Impl::GetObject(Ctx& c) {
+  // response-* parameters replace stored headers in this one response.
+  Params overrides;
+  for (const auto& [k, v] : c.query) {
+    if (k.rfind("response-", 0) != 0) continue;
+    std::string_view name;
+    if (k == "response-content-type") name = "Content-Type";
+    for (const auto& h : kStoredHeaders) {
+      if (k == h.response_param) name = h.name;
+    }
+    if (name.empty()) {
+      return S3Error("InvalidArgument", "Unknown response header override: " + k);
+    }
+    overrides.emplace_back(std::string(name), v);
+  }
+  if (!overrides.empty() && c.anonymous) {
+    return S3Error("InvalidRequest",
+                   "Request specific response headers cannot be used for anonymous GET requests.");
+  }
   XSILO_ASSIGN_OR_RETURN(StoredObject obj, store->Get(c.bucket, c.key));
   HttpResponse* r = c.resp;
-  r->headers.emplace_back("Content-Type", obj.content_type);
   r->headers.emplace_back("ETag", obj.etag);
   r->headers.emplace_back("Last-Modified", s3::FormatHttpDate(obj.mtime));
+  switch (EvaluatePreconditions(c.req, obj, "")) {
+    case Precondition::kFailed:
+      return PreconditionFailed();
+    case Precondition::kNotModified:
+      r->status = 304;
+      r->omit_body = true;
+      r->content_length = 0;
+      return Status::OK();
+    case Precondition::kProceed:
+      break;
+  }
+  auto overridden = [&](std::string_view name) {
+    for (const auto& kv : overrides) {
+      if (kv.first == name) return true;
+    }
+    return false;
+  };
+  if (!overridden("Content-Type")) r->headers.emplace_back("Content-Type", obj.content_type);
+  for (const auto& kv : obj.headers) {
+    if (!overridden(kv.first)) r->headers.push_back(kv);
+  }
+  for (auto& kv : overrides) r->headers.push_back(std::move(kv));
   r->headers.emplace_back("Accept-Ranges", "bytes");
   for (const auto& kv : obj.user_metadata) r->headers.push_back(kv);
   const std::string* range = c.req.Header("range");
@@ -697,6 +1039,86 @@ Status S3Server::Impl::GetObject(Ctx& c) {
   return Status::OK();
 }
 
+// x-amz-copy-source ("[/]bucket/key[?versionId=v]", percent-encoded) read,
+// and its x-amz-copy-source-if-* conditions checked.
+Result<StoredObject> S3Server::Impl::ReadCopySource(Ctx& c, std::string* bucket, std::string* key) {
+  std::string_view raw = *c.req.Header("x-amz-copy-source");
+  std::string version;
+  if (size_t q = raw.find('?'); q != std::string_view::npos) {
+    Params params;
+    if (!s3::ParseQuery(raw.substr(q + 1), &params)) {
+      return S3Error("InvalidArgument", "Invalid copy source encoding.");
+    }
+    for (const auto& [k, v] : params) {
+      if (k == "versionId") version = v;
+    }
+    raw = raw.substr(0, q);
+  }
+  std::string source;
+  if (!s3::UriDecode(raw, &source)) {
+    return S3Error("InvalidArgument", "Invalid copy source encoding.");
+  }
+  if (!source.empty() && source[0] == '/') source.erase(0, 1);
+  size_t slash = source.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == source.size()) {
+    return S3Error("InvalidArgument",
+                   "Copy Source must mention the source bucket and key: sourcebucket/sourcekey");
+  }
+  *bucket = source.substr(0, slash);
+  *key = source.substr(slash + 1);
+  if (key->size() > 1024) return S3Error("KeyTooLongError", "Your key is too long.");
+  if (!version.empty() && version != "null") {
+    return S3Error("NoSuchVersion",
+                   "The specified version does not exist (buckets here are not versioned).");
+  }
+  XSILO_ASSIGN_OR_RETURN(StoredObject obj, store->Get(*bucket, *key));
+  if (EvaluatePreconditions(c.req, obj, "x-amz-copy-source-") != Precondition::kProceed) {
+    return PreconditionFailed();
+  }
+  return obj;
+}
+
+Status S3Server::Impl::CopyObject(Ctx& c) {
+  XSILO_RETURN_IF_ERROR(store->HeadBucket(c.bucket));
+  std::string directive = "COPY";
+  if (const std::string* d = c.req.Header("x-amz-metadata-directive")) directive = *d;
+  if (directive != "COPY" && directive != "REPLACE") {
+    return S3Error("InvalidArgument", "Unknown metadata directive.");
+  }
+  std::string src_bucket, src_key;
+  XSILO_ASSIGN_OR_RETURN(StoredObject src, ReadCopySource(c, &src_bucket, &src_key));
+  if (src_bucket == c.bucket && src_key == c.key && directive == "COPY") {
+    return S3Error("InvalidRequest",
+                   "This copy request is illegal because it is trying to copy an object to itself "
+                   "without changing the object's metadata, storage class, website redirect "
+                   "location or encryption attributes.");
+  }
+  StoredObject obj;
+  obj.segments = std::move(src.segments);  // shared, not copied, by the memory store
+  obj.size = src.size;
+  // A single-PUT ETag is the hash of the bytes, still right; a multipart
+  // one is not: the copy is one object, hashed as a PUT would be.
+  obj.etag = src.etag.find('-') == std::string::npos ? src.etag : QuotedHex128(obj.segments);
+  obj.checksum_sha256 = src.checksum_sha256;
+  if (directive == "COPY") {
+    obj.content_type = std::move(src.content_type);
+    obj.user_metadata = std::move(src.user_metadata);
+    obj.headers = std::move(src.headers);
+  } else {
+    if (const std::string* ct = c.req.Header("content-type")) obj.content_type = *ct;
+    obj.user_metadata = UserMetadata(c.req);
+    obj.headers = StoredHeaders(c.req);
+  }
+  obj.mtime = std::time(nullptr);
+  std::time_t mtime = obj.mtime;
+  std::string etag = obj.etag;
+  XSILO_RETURN_IF_ERROR(store->Put(c.bucket, c.key, std::move(obj)));
+  SendXml(c, 200,
+          "<CopyObjectResult" + std::string(kXmlns) + "><LastModified>" + s3::FormatIsoDate(mtime) +
+              "</LastModified><ETag>" + s3::XmlEscape(etag) + "</ETag></CopyObjectResult>");
+  return Status::OK();
+}
+
 Status S3Server::Impl::CreateUpload(Ctx& c) {
   XSILO_RETURN_IF_ERROR(store->HeadBucket(c.bucket));
   Upload u;
@@ -704,9 +1126,12 @@ Status S3Server::Impl::CreateUpload(Ctx& c) {
   u.key = c.key;
   if (const std::string* ct = c.req.Header("content-type")) u.content_type = *ct;
   u.user_metadata = UserMetadata(c.req);
+  u.headers = StoredHeaders(c.req);
+  u.initiated = std::time(nullptr);
+  u.seq = next_id.fetch_add(1);
   std::mt19937_64 rng(std::random_device{}());
   char id[64];
-  std::snprintf(id, sizeof(id), "%016" PRIx64 "%016" PRIx64, rng(), next_id.fetch_add(1));
+  std::snprintf(id, sizeof(id), "%016" PRIx64 "%016" PRIx64, rng(), u.seq);
   {
     std::lock_guard<std::mutex> lock(uploads_mu);
     uploads.emplace(id, std::move(u));
@@ -723,12 +1148,11 @@ Status S3Server::Impl::UploadPart(Ctx& c) {
   const std::string* pn = c.Query("partNumber");
   if (!id || !pn) return S3Error("InvalidRequest", "uploadId and partNumber are both required");
   int part = 0;
-  if (pn->empty() || pn->size() > 5 ||
-      !std::all_of(pn->begin(), pn->end(), [](char ch) { return ch >= '0' && ch <= '9'; }) ||
-      (part = std::stoi(*pn)) < 1 || part > 10000) {
+  if (!AllDigits(*pn, 5) || (part = std::stoi(*pn)) < 1 || part > 10000) {
     return S3Error("InvalidArgument",
                    "Part number must be an integer between 1 and 10000, inclusive");
   }
+  if (c.req.Header("x-amz-copy-source")) return UploadPartCopy(c, part);
   {
     std::lock_guard<std::mutex> lock(uploads_mu);
     auto it = uploads.find(*id);
@@ -742,9 +1166,20 @@ Status S3Server::Impl::UploadPart(Ctx& c) {
   std::lock_guard<std::mutex> lock(uploads_mu);
   auto it = uploads.find(*id);
   if (it == uploads.end()) return S3Error("NoSuchUpload", "The specified upload was aborted.");
-  it->second.parts[part] = Part{std::move(body), etag};
+  uint64_t size = body.size();
+  std::vector<Buffer> segments;
+  if (!body.empty()) segments.push_back(std::move(body));
+  Part old = std::move(it->second.parts[part]);  // a re-sent part replaces the first
+  it->second.parts[part] = Part{std::move(segments), size, etag, std::time(nullptr)};
   c.resp->headers.emplace_back("ETag", etag);
   return Status::OK();
+}
+
+std::string S3Server::Impl::CompleteResultXml(const Ctx& c, const std::string& etag) {
+  return "<CompleteMultipartUploadResult" + std::string(kXmlns) + "><Location>/" +
+         s3::XmlEscape(c.bucket) + "/" + s3::XmlEscape(c.key) + "</Location><Bucket>" +
+         s3::XmlEscape(c.bucket) + "</Bucket><Key>" + s3::XmlEscape(c.key) + "</Key><ETag>" +
+         s3::XmlEscape(etag) + "</ETag></CompleteMultipartUploadResult>";
 }
 
 Status S3Server::Impl::CompleteUpload(Ctx& c) {
@@ -761,6 +1196,12 @@ Status S3Server::Impl::CompleteUpload(Ctx& c) {
     std::lock_guard<std::mutex> lock(uploads_mu);
     auto it = uploads.find(id);
     if (it == uploads.end() || it->second.bucket != c.bucket || it->second.key != c.key) {
+      auto done = completed.find(id);
+      if (done != completed.end() && done->second.bucket == c.bucket && done->second.key == c.key &&
+          done->second.parts == listed) {
+        SendXml(c, 200, CompleteResultXml(c, done->second.etag));
+        return Status::OK();
+      }
       return S3Error("NoSuchUpload", "The specified upload does not exist.");
     }
     Upload& u = it->second;
@@ -775,34 +1216,237 @@ Status S3Server::Impl::CompleteUpload(Ctx& c) {
         return S3Error("InvalidPart", "Part " + std::to_string(num) +
                                           " was not uploaded or its ETag does not match.");
       }
-      if (i + 1 < listed.size() && p->second.data.size() < opts.min_part_bytes) {
+    }
+    // Sizes only once every listed part is known to exist, as S3 checks.
+    for (size_t i = 0; i < listed.size(); ++i) {
+      int num = listed[i].first;
+      auto p = u.parts.find(num);
+      if (i + 1 < listed.size() && p->second.size < opts.min_part_bytes) {
         return S3Error("EntityTooSmall", "Part " + std::to_string(num) +
                                              " is smaller than the minimum allowed size.");
       }
-      obj.size += p->second.data.size();
+      obj.size += p->second.size;
       etags += StripQuotes(p->second.etag);
     }
     if (obj.size > opts.max_object_bytes) {
       return S3Error("EntityTooLarge", "The completed object exceeds the maximum allowed size.");
     }
     for (const auto& [num, etag] : listed) {
-      Buffer& data = u.parts[num].data;
-      if (!data.empty()) obj.segments.push_back(std::move(data));
+      for (Buffer& b : u.parts[num].segments) obj.segments.push_back(std::move(b));
     }
     std::string e = QuotedHex128(etags.data(), etags.size());
     obj.etag = e.substr(0, e.size() - 1) + "-" + std::to_string(listed.size()) + "\"";
     obj.content_type = u.content_type.empty() ? obj.content_type : u.content_type;
     obj.user_metadata = std::move(u.user_metadata);
+    obj.headers = std::move(u.headers);
     uploads.erase(it);
   }
   obj.mtime = std::time(nullptr);
   std::string etag = obj.etag;
   XSILO_RETURN_IF_ERROR(store->Put(c.bucket, c.key, std::move(obj)));
+  {
+    std::lock_guard<std::mutex> lock(uploads_mu);
+    completed[id] = Completed{c.bucket, c.key, std::move(listed), etag};
+    completed_order.push_back(id);
+    if (completed_order.size() > kRememberedCompletions) {
+      completed.erase(completed_order.front());
+      completed_order.pop_front();
+    }
+  }
+  SendXml(c, 200, CompleteResultXml(c, etag));
+  return Status::OK();
+}
+
+Status S3Server::Impl::UploadPartCopy(Ctx& c, int part) {
+  const std::string& id = *c.Query("uploadId");
+  auto upload_exists = [&] {
+    std::lock_guard<std::mutex> lock(uploads_mu);
+    auto it = uploads.find(id);
+    return it != uploads.end() && it->second.bucket == c.bucket && it->second.key == c.key;
+  };
+  if (!upload_exists()) return S3Error("NoSuchUpload", "The specified upload does not exist.");
+  std::string src_bucket, src_key;
+  XSILO_ASSIGN_OR_RETURN(StoredObject src, ReadCopySource(c, &src_bucket, &src_key));
+  uint64_t start = 0, len = src.size;
+  if (const std::string* range = c.req.Header("x-amz-copy-source-range")) {
+    // Only "bytes=first-last", both given, as S3 requires here.
+    std::string_view r = *range;
+    size_t dash = r.find('-');
+    if (r.substr(0, 6) != "bytes=" || dash == std::string_view::npos ||
+        !AllDigits(r.substr(6, dash - 6), 19) || !AllDigits(r.substr(dash + 1), 19)) {
+      return S3Error("InvalidArgument",
+                     "The x-amz-copy-source-range value must be of the form bytes=first-last "
+                     "where first and last are the zero-based offsets of the first and last "
+                     "bytes to copy");
+    }
+    uint64_t first = std::stoull(std::string(r.substr(6, dash - 6)));
+    uint64_t last = std::stoull(std::string(r.substr(dash + 1)));
+    if (last < first) {
+      return S3Error("InvalidArgument", "The x-amz-copy-source-range value is not valid: " +
+                                            std::string(r) + " (last byte before the first)");
+    }
+    if (last >= src.size) {
+      return S3Error("InvalidRange", "The requested range is not satisfiable: " + std::string(r) +
+                                         " of an object of " + std::to_string(src.size) + " bytes");
+    }
+    start = first;
+    len = last - first + 1;
+  }
+  if (len > opts.max_part_bytes) {
+    return S3Error("EntityTooLarge", "The part exceeds the maximum allowed size (" +
+                                         std::to_string(opts.max_part_bytes) + " bytes).");
+  }
+  std::vector<Buffer> segments = SliceSegments(src.segments, start, len);
+  std::string etag = QuotedHex128(segments);
+  std::time_t now = std::time(nullptr);
+  Part old;  // a re-sent part replaces the first; freed outside the lock
+  {
+    std::lock_guard<std::mutex> lock(uploads_mu);
+    auto it = uploads.find(id);
+    if (it == uploads.end()) return S3Error("NoSuchUpload", "The specified upload was aborted.");
+    old = std::move(it->second.parts[part]);
+    it->second.parts[part] = Part{std::move(segments), len, etag, now};
+  }
   SendXml(c, 200,
-          "<CompleteMultipartUploadResult" + std::string(kXmlns) + "><Location>/" +
-              s3::XmlEscape(c.bucket) + "/" + s3::XmlEscape(c.key) + "</Location><Bucket>" +
-              s3::XmlEscape(c.bucket) + "</Bucket><Key>" + s3::XmlEscape(c.key) + "</Key><ETag>" +
-              s3::XmlEscape(etag) + "</ETag></CompleteMultipartUploadResult>");
+          "<CopyPartResult" + std::string(kXmlns) + "><LastModified>" + s3::FormatIsoDate(now) +
+              "</LastModified><ETag>" + s3::XmlEscape(etag) + "</ETag></CopyPartResult>");
+  return Status::OK();
+}
+
+Status S3Server::Impl::ListParts(Ctx& c) {
+  const std::string& id = *c.Query("uploadId");
+  int64_t max_parts = 1000;
+  XSILO_RETURN_IF_ERROR(ParseMaxItems(c.Query("max-parts"), "max-parts", &max_parts));
+  int marker = 0;
+  if (const std::string* m = c.Query("part-number-marker")) {
+    if (!AllDigits(*m, 5)) {
+      return S3Error("InvalidArgument", "part-number-marker must be an integer from 0 to 10000");
+    }
+    marker = std::stoi(*m);
+  }
+  std::string parts;
+  int last = 0;
+  bool truncated = false;
+  {
+    std::lock_guard<std::mutex> lock(uploads_mu);
+    auto it = uploads.find(id);
+    if (it == uploads.end() || it->second.bucket != c.bucket || it->second.key != c.key) {
+      return S3Error("NoSuchUpload", "The specified upload does not exist.");
+    }
+    int64_t n = 0;
+    for (auto p = it->second.parts.upper_bound(marker); p != it->second.parts.end(); ++p) {
+      if (n == max_parts) {
+        truncated = true;
+        break;
+      }
+      ++n;
+      last = p->first;
+      parts += "<Part><PartNumber>" + std::to_string(p->first) + "</PartNumber><LastModified>" +
+               s3::FormatIsoDate(p->second.mtime) + "</LastModified><ETag>" +
+               s3::XmlEscape(p->second.etag) + "</ETag><Size>" + std::to_string(p->second.size) +
+               "</Size></Part>";
+    }
+  }
+  std::string xml =
+      "<ListPartsResult" + std::string(kXmlns) + "><Bucket>" + s3::XmlEscape(c.bucket) +
+      "</Bucket><Key>" + s3::XmlEscape(c.key) + "</Key><UploadId>" + s3::XmlEscape(id) +
+      "</UploadId><Initiator><ID>xsilo</ID><DisplayName>xsilo</DisplayName>"
+      "</Initiator>" +
+      std::string(kOwnerXml) + "<StorageClass>STANDARD</StorageClass><PartNumberMarker>" +
+      std::to_string(marker) + "</PartNumberMarker>";
+  if (truncated) xml += "<NextPartNumberMarker>" + std::to_string(last) + "</NextPartNumberMarker>";
+  xml += "<MaxParts>" + std::to_string(max_parts) + "</MaxParts><IsTruncated>" +
+         (truncated ? "true" : "false") + "</IsTruncated>" + parts + "</ListPartsResult>";
+  SendXml(c, 200, std::move(xml));
+  return Status::OK();
+}
+
+Status S3Server::Impl::ListMultipartUploads(Ctx& c) {
+  XSILO_RETURN_IF_ERROR(store->HeadBucket(c.bucket));
+  auto q = [&](std::string_view n) {
+    const std::string* v = c.Query(n);
+    return v ? *v : std::string();
+  };
+  std::string prefix = q("prefix"), delimiter = q("delimiter");
+  std::string key_marker = q("key-marker"), id_marker = q("upload-id-marker");
+  const std::string* encoding = c.Query("encoding-type");
+  if (encoding && *encoding != "url") {
+    return S3Error("InvalidArgument", "Invalid Encoding Method specified in Request");
+  }
+  auto enc = [&](const std::string& s) {
+    return s3::XmlEscape(encoding ? s3::UriEncode(s, false) : s);
+  };
+  int64_t max_uploads = 1000;
+  XSILO_RETURN_IF_ERROR(ParseMaxItems(c.Query("max-uploads"), "max-uploads", &max_uploads));
+  struct Listed {
+    std::string key;
+    std::string id;
+    std::time_t initiated;
+    uint64_t seq;
+  };
+  std::vector<Listed> all;
+  {
+    std::lock_guard<std::mutex> lock(uploads_mu);
+    for (const auto& [id, u] : uploads) {
+      if (u.bucket == c.bucket && u.key.compare(0, prefix.size(), prefix) == 0) {
+        all.push_back({u.key, id, u.initiated, u.seq});
+      }
+    }
+  }
+  // By key, then by initiation (S3's order).
+  std::sort(all.begin(), all.end(), [](const Listed& a, const Listed& b) {
+    return a.key != b.key ? a.key < b.key : a.seq < b.seq;
+  });
+  // upload-id-marker counts only with key-marker: uploads of that key after it.
+  uint64_t id_marker_seq = 0;
+  bool id_marker_found = false;
+  if (!key_marker.empty() && !id_marker.empty()) {
+    for (const Listed& l : all) {
+      if (l.key == key_marker && l.id == id_marker) {
+        id_marker_seq = l.seq;
+        id_marker_found = true;
+      }
+    }
+  }
+  auto past_marker = [&](size_t i) {
+    if (key_marker.empty()) return true;
+    if (all[i].key > key_marker) return true;
+    return id_marker_found && all[i].key == key_marker && all[i].seq > id_marker_seq;
+  };
+  // A common prefix is skipped when the key marker lies inside it.
+  Page page = Paginate(
+      all.size(), [&](size_t i) -> const std::string& { return all[i].key; }, past_marker,
+      key_marker, prefix, delimiter, max_uploads);
+  std::string body, next_key, next_id;
+  for (const PageItem& item : page.items) {
+    if (!item.prefix.empty()) {
+      next_key = item.prefix;
+      next_id.clear();
+      body += "<CommonPrefixes><Prefix>" + enc(item.prefix) + "</Prefix></CommonPrefixes>";
+      continue;
+    }
+    const Listed& l = all[item.index];
+    next_key = l.key;
+    next_id = l.id;
+    body += "<Upload><Key>" + enc(l.key) + "</Key><UploadId>" + s3::XmlEscape(l.id) +
+            "</UploadId><Initiator><ID>xsilo</ID><DisplayName>xsilo</DisplayName></Initiator>" +
+            std::string(kOwnerXml) + "<StorageClass>STANDARD</StorageClass><Initiated>" +
+            s3::FormatIsoDate(l.initiated) + "</Initiated></Upload>";
+  }
+  std::string xml = "<ListMultipartUploadsResult" + std::string(kXmlns) + "><Bucket>" +
+                    s3::XmlEscape(c.bucket) + "</Bucket><KeyMarker>" + enc(key_marker) +
+                    "</KeyMarker><UploadIdMarker>" + s3::XmlEscape(id_marker) + "</UploadIdMarker>";
+  if (page.truncated) {
+    xml += "<NextKeyMarker>" + enc(next_key) + "</NextKeyMarker><NextUploadIdMarker>" +
+           s3::XmlEscape(next_id) + "</NextUploadIdMarker>";
+  }
+  xml += "<Prefix>" + enc(prefix) + "</Prefix>";
+  if (!delimiter.empty()) xml += "<Delimiter>" + enc(delimiter) + "</Delimiter>";
+  if (encoding) xml += "<EncodingType>url</EncodingType>";
+  xml += "<MaxUploads>" + std::to_string(max_uploads) + "</MaxUploads><IsTruncated>" +
+         (page.truncated ? "true" : "false") + "</IsTruncated>" + body +
+         "</ListMultipartUploadsResult>";
+  SendXml(c, 200, std::move(xml));
   return Status::OK();
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 
 namespace xsilo::s3 {
 
@@ -128,6 +129,29 @@ bool ParseAmzDate(std::string_view s, std::time_t* out) {
   }
   *out = timegm(&tm);
   return true;
+}
+
+bool ParseHttpDate(std::string_view s, std::time_t* out) {
+  std::string text(s);
+  for (const char* format : {"%a, %d %b %Y %H:%M:%S GMT", "%A, %d-%b-%y %H:%M:%S GMT",
+                             "%a %b %e %H:%M:%S %Y", "%Y-%m-%dT%H:%M:%S"}) {
+    std::tm tm{};
+    const char* end = strptime(text.c_str(), format, &tm);
+    if (end == nullptr) continue;
+    std::string_view rest(end);
+    if (format[1] == 'Y') {  // ISO 8601: optional fraction, then Z
+      if (!rest.empty() && rest[0] == '.') {
+        rest.remove_prefix(1);
+        while (!rest.empty() && rest[0] >= '0' && rest[0] <= '9') rest.remove_prefix(1);
+      }
+      if (rest != "Z" && rest != "+00:00") continue;
+    } else if (!rest.empty()) {
+      continue;
+    }
+    *out = timegm(&tm);
+    return true;
+  }
+  return false;
 }
 
 std::string FormatHttpDate(std::time_t t) {
@@ -342,9 +366,22 @@ Status ParsePresignedQuery(const Params& query, SigV4Auth* out) {
     } else if (k == "X-Amz-Date") {
       out->amz_date = v;
     } else if (k == "X-Amz-Expires") {
-      if (v.empty() || v.size() > 9 ||
-          !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-        return InvalidArgument("AuthorizationQueryParametersError: bad X-Amz-Expires");
+      auto digits = [](std::string_view d) {
+        return !d.empty() &&
+               std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+      };
+      if (v.size() > 1 && v[0] == '-' && digits(v.substr(1))) {
+        return InvalidArgument(
+            "AuthorizationQueryParametersError: X-Amz-Expires must be non-negative");
+      }
+      if (!digits(v)) {
+        return InvalidArgument(
+            "AuthorizationQueryParametersError: X-Amz-Expires should be a number");
+      }
+      if (v.size() > 9) {  // beyond any maximum; keeps the conversion in range
+        return InvalidArgument(
+            "AuthorizationQueryParametersError: X-Amz-Expires must be less than a week (in "
+            "seconds); that is, the given X-Amz-Expires must be less than 604800 seconds");
       }
       out->expires_seconds = std::stoll(v);
       have_expires = true;

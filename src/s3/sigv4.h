@@ -45,6 +45,10 @@ std::string FormatDateStamp(std::time_t t);
 bool ParseAmzDate(std::string_view s, std::time_t* out);
 // RFC 7231 date, "Fri, 24 May 2013 00:00:00 GMT".
 std::string FormatHttpDate(std::time_t t);
+// Parses an RFC 7231 IMF-fixdate ("Fri, 24 May 2013 00:00:00 GMT"), the
+// obsolete RFC 850 and asctime forms, and ISO 8601 ("2013-05-24T00:00:00Z",
+// fraction allowed); false when malformed.
+bool ParseHttpDate(std::string_view s, std::time_t* out);
 // ISO 8601 with milliseconds, "2013-05-24T00:00:00.000Z".
 std::string FormatIsoDate(std::time_t t);
 

@@ -80,6 +80,9 @@ struct S3ObjectInfo {
   std::string content_type;
   std::string checksum_sha256;  // base64, when the server returned one
   std::vector<std::pair<std::string, std::string>> metadata;  // x-amz-meta-* headers
+  // The standard headers stored with the object (see PutObjectArgs::headers),
+  // names as S3 spells them.
+  std::vector<std::pair<std::string, std::string>> headers;
 };
 
 struct CreateBucketArgs {
@@ -100,6 +103,10 @@ struct PutObjectArgs {
   GatherList body;
   std::string content_type;  // default "" (server: application/octet-stream)
   std::vector<std::pair<std::string, std::string>> metadata;  // sent as x-amz-meta-<name>
+  // Standard headers S3 stores with the object and returns on GET / HEAD:
+  // Cache-Control, Content-Disposition, Content-Encoding, Content-Language,
+  // Expires (names case-insensitive; any other name fails Validate()).
+  std::vector<std::pair<std::string, std::string>> headers;
   // Send x-amz-checksum-sha256 (the server verifies it and keeps it for
   // GET). Default false.
   bool checksum_sha256 = false;
@@ -126,12 +133,44 @@ struct GetObjectArgs {
   // When non-empty, the SHA-256 (base64) the whole object must have;
   // mismatch is Corrupt. Default "".
   std::string expected_sha256;
+  // Conditions, sent when set and applied by the server in RFC 7232 order,
+  // as S3 does. A failed If-Match / If-Unmodified-Since is
+  // FailedPrecondition with S3 code PreconditionFailed (412); a matching
+  // If-None-Match, or no change since If-Modified-Since, is
+  // FailedPrecondition with S3 code NotModified (304).
+  std::string if_match;       // an ETag (quoted, as returned) or "*"
+  std::string if_none_match;  // an ETag or "*"
+  std::time_t if_modified_since = 0;
+  std::time_t if_unmodified_since = 0;
   Status Validate() const;
 };
 
 struct GetObjectResult {
   Buffer data;
   S3ObjectInfo info;
+};
+
+struct CopyObjectArgs {
+  std::string source_bucket;
+  std::string source_key;
+  std::string bucket;  // the destination, may be the source's bucket
+  std::string key;
+  // false (default): the copy keeps the source's content type, metadata and
+  // headers; true: they are replaced by the three fields below (S3's
+  // x-amz-metadata-directive REPLACE; required to copy an object onto itself).
+  bool replace_metadata = false;
+  std::string content_type;
+  std::vector<std::pair<std::string, std::string>> metadata;
+  std::vector<std::pair<std::string, std::string>> headers;  // as PutObjectArgs::headers
+  // Copy only while the source has this ETag (x-amz-copy-source-if-match),
+  // else FailedPrecondition (PreconditionFailed). Default "": unconditional.
+  std::string source_if_match;
+  Status Validate() const;
+};
+
+struct CopyObjectResult {
+  std::string etag;  // of the copy
+  std::time_t last_modified = 0;
 };
 
 struct ObjectArgs {  // HeadObject, DeleteObject
@@ -158,12 +197,33 @@ struct ListObjectsResult {
   std::string next_continuation_token;
 };
 
+struct ListUploadsArgs {  // ListMultipartUploads
+  std::string bucket;
+  std::string prefix;      // only uploads of keys starting with this
+  int max_uploads = 1000;  // per request, 1..1000; every page is fetched
+  Status Validate() const;
+};
+
+struct MultipartUploadInfo {
+  std::string key;
+  std::string upload_id;
+  std::time_t initiated = 0;
+};
+
+struct PartInfo {
+  int part_number = 0;
+  uint64_t size = 0;
+  std::string etag;  // quoted
+  std::time_t last_modified = 0;
+};
+
 struct UploadObjectArgs {
   std::string bucket;
   std::string key;
   GatherList body;
   std::string content_type;
   std::vector<std::pair<std::string, std::string>> metadata;
+  std::vector<std::pair<std::string, std::string>> headers;  // as PutObjectArgs::headers
   // Objects larger than part_size go multipart, parts of part_size bytes
   // (the last may be smaller). S3 needs >= 5 MiB. Default 64 MiB.
   uint64_t part_size = 64ull << 20;
@@ -228,6 +288,8 @@ class S3Client {
   Result<GetObjectResult> GetObject(const GetObjectArgs& args);
   Result<S3ObjectInfo> HeadObject(const ObjectArgs& args);  // NotFound (NoSuchKey) when absent
   Status DeleteObject(const ObjectArgs& args);              // OK when absent, as S3
+  // Server-side copy (no bytes through the client), up to 5 GiB on AWS.
+  Result<CopyObjectResult> CopyObject(const CopyObjectArgs& args);
   Result<ListObjectsResult> ListObjects(const ListObjectsArgs& args);
 
   // PUT, or a multipart upload with parts sent in parallel; a failed
@@ -243,6 +305,11 @@ class S3Client {
   // to others (presigned "PUT ?partNumber=N&uploadId=ID" URLs).
   Result<std::string> CreateMultipartUpload(const ObjectArgs& args);  // the upload id
   Status AbortMultipartUpload(const ObjectArgs& args, const std::string& upload_id);
+  // Uploads begun and neither completed nor aborted (e.g. left by a crashed
+  // party: abort them to free their parts), by key then initiation time.
+  Result<std::vector<MultipartUploadInfo>> ListMultipartUploads(const ListUploadsArgs& args);
+  // The parts an upload holds so far, by part number (every page fetched).
+  Result<std::vector<PartInfo>> ListParts(const ObjectArgs& args, const std::string& upload_id);
 
   const S3ClientOptions& options() const;
   struct Impl;

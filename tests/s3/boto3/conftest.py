@@ -1,0 +1,168 @@
+"""boto3 against an S3 server: `xsilo s3d` (memory or directory storage) or
+s3rver (npm; an S3 server we did not write), so each test checks S3's
+behaviour rather than ours.
+
+    python3 -m pytest tests/s3/boto3/test_copy.py --backend=xsilo-dir --xsilo=build/tools/xsilo/xsilo
+    python3 -m pytest tests/s3/boto3/test_copy.py --backend=s3rver --s3rver=node_modules/.bin/s3rver
+
+ctest runs every file against each backend (tests/s3/CMakeLists.txt).
+Tests of behaviour s3rver does not implement carry
+@pytest.mark.s3rver_lacks("why") and are skipped, with that reason, against it
+(XSILO_S3RVER_RUN_ALL=1 runs them anyway).
+The server is started once per run and must still be running at the end:
+a crash fails the run.
+"""
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+
+import boto3
+import pytest
+from botocore.config import Config
+
+BACKENDS = ("xsilo-memory", "xsilo-dir", "s3rver")
+XSILO_KEYS = ("boto3-ak", "boto3-sk")
+S3RVER_KEYS = ("S3RVER", "S3RVER")  # s3rver's built-in account
+
+
+def pytest_addoption(parser):
+    parser.addoption("--backend", default="xsilo-memory", choices=BACKENDS)
+    parser.addoption("--xsilo", default=os.environ.get("XSILO_BIN", ""),
+                     help="the xsilo executable (for xsilo-memory / xsilo-dir)")
+    parser.addoption("--s3rver", default=os.environ.get("XSILO_S3RVER", ""),
+                     help="the s3rver executable (node_modules/.bin/s3rver)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "s3rver_lacks(reason): s3rver does not implement this; skipped against it")
+
+
+def pytest_collection_modifyitems(config, items):
+    # XSILO_S3RVER_RUN_ALL=1 runs the marked tests too: to see whether a newer
+    # s3rver gained a feature.
+    if config.getoption("--backend") != "s3rver" or os.environ.get("XSILO_S3RVER_RUN_ALL"):
+        return
+    for item in items:
+        marker = item.get_closest_marker("s3rver_lacks")
+        if marker:
+            item.add_marker(pytest.mark.skip(reason="s3rver lacks: " + marker.args[0]))
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_accepting(proc, port, what):
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail("%s exited with %s before accepting connections" % (what, proc.returncode))
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    pytest.fail("%s did not accept connections on port %d within 30 s" % (what, port))
+
+
+class Server:
+    def __init__(self, backend, endpoint, keys, proc):
+        self.backend = backend
+        self.endpoint = endpoint
+        self.access_key, self.secret_key = keys
+        self.proc = proc
+
+    @property
+    def is_xsilo(self):
+        return self.backend.startswith("xsilo")
+
+
+@pytest.fixture(scope="session")
+def server(request):
+    backend = request.config.getoption("--backend")
+    workdir = tempfile.mkdtemp(prefix="xsilo-boto3-")
+    port = _free_port()
+    if backend.startswith("xsilo"):
+        exe = request.config.getoption("--xsilo")
+        if not exe or not os.access(exe, os.X_OK):
+            pytest.fail("no xsilo executable (--xsilo or $XSILO_BIN): %r" % exe)
+        args = [exe, "s3d", "--port", str(port), "--access-key", XSILO_KEYS[0],
+                "--secret-key", XSILO_KEYS[1]]
+        args += ["--dir", os.path.join(workdir, "objects")] if backend == "xsilo-dir" else ["--memory"]
+        keys, env = XSILO_KEYS, None
+    else:
+        exe = request.config.getoption("--s3rver")
+        if not exe or not os.access(exe, os.X_OK):
+            pytest.fail("s3rver is not installed (%r): run scripts/install-deps.sh, which `make "
+                        "test` runs, to npm-install it" % exe)
+        args = [exe, "--directory", workdir, "--address", "127.0.0.1", "--port", str(port),
+                "--silent"]
+        keys = S3RVER_KEYS
+        # s3rver's ListObjectsV2 tokens use DES, in Node's OpenSSL 3 legacy provider only.
+        env = dict(os.environ)
+        env["NODE_OPTIONS"] = ("--openssl-legacy-provider " + env.get("NODE_OPTIONS", "")).strip()
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        _wait_accepting(proc, port, backend)
+        yield Server(backend, "http://127.0.0.1:%d" % port, keys, proc)
+        assert proc.poll() is None, "%s died during the tests (exit %s)" % (backend, proc.returncode)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def make_client(server, secret_key=None, **config):
+    options = dict(signature_version="s3v4", s3={"addressing_style": "path"},
+                   retries={"max_attempts": 1})
+    options.update(config)
+    return boto3.client("s3", endpoint_url=server.endpoint, region_name="us-east-1",
+                        aws_access_key_id=server.access_key,
+                        aws_secret_access_key=secret_key or server.secret_key,
+                        config=Config(**options))
+
+
+@pytest.fixture(scope="session")
+def s3(server):
+    return make_client(server)
+
+
+def empty_and_delete_bucket(s3, name):
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name):
+        for o in page.get("Contents", []):
+            s3.delete_object(Bucket=name, Key=o["Key"])
+    try:
+        uploads = s3.list_multipart_uploads(Bucket=name).get("Uploads", [])
+    except Exception:  # a server without ListMultipartUploads
+        uploads = []
+    for u in uploads:
+        s3.abort_multipart_upload(Bucket=name, Key=u["Key"], UploadId=u["UploadId"])
+    s3.delete_bucket(Bucket=name)
+
+
+@pytest.fixture
+def bucket(s3):
+    """A fresh, empty bucket, deleted with its objects after the test."""
+    name = "t-" + uuid.uuid4().hex[:20]
+    s3.create_bucket(Bucket=name)
+    yield name
+    empty_and_delete_bucket(s3, name)
+
+
+def error_of(excinfo):
+    """(HTTP status, S3 error code) of a botocore ClientError."""
+    r = excinfo.value.response
+    return r["ResponseMetadata"]["HTTPStatusCode"], r["Error"]["Code"]
