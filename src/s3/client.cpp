@@ -1023,7 +1023,7 @@ Result<CopyObjectResult> S3Client::CopyObject(const CopyObjectArgs& args) {
   if (r.text.find("<Error>") != std::string::npos) return impl_->HttpError(c, r);
   CopyObjectResult out;
   out.etag = s3::XmlText(r.text, "ETag").value_or("");
-  out.last_modified = ParseIsoDate(s3::XmlText(r.text, "LastModified").value_or(""));
+  out.last_modified = s3::ParseIsoDate(s3::XmlText(r.text, "LastModified").value_or(""));
   if (out.etag.empty()) return Internal("CopyObject: no ETag in the response");
   return out;
 }
@@ -1117,7 +1117,7 @@ Result<std::vector<MultipartUploadInfo>> S3Client::ListMultipartUploads(
       MultipartUploadInfo u;
       u.key = s3::XmlText(item, "Key").value_or("");
       u.upload_id = s3::XmlText(item, "UploadId").value_or("");
-      u.initiated = ParseIsoDate(s3::XmlText(item, "Initiated").value_or(""));
+      u.initiated = s3::ParseIsoDate(s3::XmlText(item, "Initiated").value_or(""));
       out.push_back(std::move(u));
     });
     if (s3::XmlText(r.text, "IsTruncated").value_or("false") != "true") break;
@@ -1155,7 +1155,7 @@ Result<std::vector<PartInfo>> S3Client::ListParts(const ObjectArgs& args,
       p.part_number = std::atoi(s3::XmlText(item, "PartNumber").value_or("0").c_str());
       p.size = std::strtoull(s3::XmlText(item, "Size").value_or("0").c_str(), nullptr, 10);
       p.etag = s3::XmlText(item, "ETag").value_or("");
-      p.last_modified = ParseIsoDate(s3::XmlText(item, "LastModified").value_or(""));
+      p.last_modified = s3::ParseIsoDate(s3::XmlText(item, "LastModified").value_or(""));
       out.push_back(std::move(p));
     });
     if (s3::XmlText(r.text, "IsTruncated").value_or("false") != "true") break;
