@@ -1,9 +1,14 @@
 // An embedded S3-compatible object server.
 //
 // Serves the S3 REST API subset xsilo needs over plain HTTP/1.1: buckets
-// (create, head, delete, list), objects (PUT, GET with Range, HEAD,
-// DELETE, DeleteObjects), multipart uploads (create, upload part,
-// complete, abort), ListObjects V1 and V2. Requests are authenticated with
+// (create, head, delete, list), objects (PUT, GET with Range and
+// If-Match / If-None-Match / If-Modified-Since / If-Unmodified-Since and
+// response-* overrides, HEAD, DELETE, DeleteObjects, CopyObject), the
+// standard object headers and x-amz-meta-*, multipart uploads (create,
+// upload part, upload part copy, complete, abort, list uploads, list
+// parts), ListObjects V1 and V2, ListObjectVersions (buckets are
+// unversioned). The operations table in docs/s3.md lists what is not
+// served (501). Requests are authenticated with
 // AWS Signature V4, either in the Authorization header or as a presigned
 // URL whose X-Amz-Expires is enforced. Errors are S3 XML error documents.
 // Objects live in memory or in a directory. See docs/s3.md.
