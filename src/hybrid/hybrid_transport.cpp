@@ -486,6 +486,13 @@ class HybridTransport final : public Transport {
     if (!key_json.ok() || !sum.ok()) return Corrupt("hybrid stub without key or checksum");
     XSILO_ASSIGN_OR_RETURN(Key key, Key::FromJson(*key_json));
     *key_id = key.id;  // also on failure: a granted upload is evicted regardless
+    // The claim comes from the peer: refuse it before anything is allocated
+    // for it (a download by URL allocates the announced size up front).
+    if (key.size > options_.max_message_bytes) {
+      return ResourceExhausted("stub announces an object of " + std::to_string(key.size) +
+                               " bytes, above max_message_bytes " +
+                               std::to_string(options_.max_message_bytes));
+    }
     std::optional<Buffer> object;
     if (connector_) {
       XSILO_ASSIGN_OR_RETURN(object, connector_->Get(key));

@@ -197,6 +197,48 @@ TEST_F(HybridTest, StopEvictsWhatTheSenderStillHolds) {
   EXPECT_EQ(ObjectsInDir(), 0);
 }
 
+// A stub whose key claims an object of 2^62 bytes (or merely more than
+// max_message_bytes) is refused before the receiver allocates anything for
+// it, on the credential-less path that downloads by URL into one Buffer of
+// the announced size. The peer is a plain inproc transport writing stubs by
+// hand; the next honest message still arrives.
+TEST(HybridBadInput, AStubClaimingAHugeObjectIsRefusedBeforeAllocation) {
+  const std::string fabric = "hybrid-oversize-" + std::to_string(getpid());
+  TransportOptions o0, o1;
+  o0.rank = 0;
+  o1.rank = 1;
+  o0.world_size = o1.world_size = 2;
+  o0.address = o1.address = fabric;
+  o1.max_message_bytes = 1 << 20;
+  auto raw = TransportRegistry::Global().Create("inproc", o0);
+  auto inner = TransportRegistry::Global().Create("inproc", o1);
+  ASSERT_TRUE(raw.ok() && inner.ok());
+  auto receiver = MakeHybridTransport(o1, std::move(inner).value(), nullptr, {});
+  ASSERT_TRUE((*raw)->Start().ok());
+  ASSERT_TRUE(receiver->Start().ok());
+
+  const std::string url =
+      "http://127.0.0.1:" + std::to_string(testing::FreeTcpPort()) + "/xsilo/none";
+  const uint64_t live = Buffer::LiveAllocatedBytes();
+  Buffer::ResetPeakAllocatedBytes();
+  for (uint64_t claim : {uint64_t{1} << 62, ~uint64_t{0}, uint64_t{64} << 20}) {
+    Message stub;
+    stub.type = "update";
+    stub.params[kHybridKeyParam] = Key{"s3", "huge", claim, {}}.ToJson();
+    stub.params[kHybridChecksumParam] = int64_t{0};
+    stub.params[kHybridUrlParam] = url;
+    ASSERT_TRUE((*raw)->Send(1, stub, 30s).ok());
+  }
+  ASSERT_TRUE((*raw)->Send(1, PatternMessage(1000, 7), 30s).ok());
+  auto got = receiver->Receive(60s);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(PatternIntact(*got)) << "a refused stub was delivered";
+  EXPECT_LT(Buffer::PeakAllocatedBytes(), live + (1 << 20))
+      << "the receiver allocated for an object above max_message_bytes";
+  receiver->Stop();
+  (*raw)->Stop();
+}
+
 TEST(HybridRegistry, CompositeNamesAndOptions) {
   auto names = TransportRegistry::Global().Names();
   EXPECT_NE(std::find(names.begin(), names.end(), "inproc+file"), names.end());
