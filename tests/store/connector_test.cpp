@@ -95,6 +95,21 @@ XSILO_CONNECTOR_CONFORMANCE(File, {.name = "file", .config = [] {
                                      return ::xsilo::ConnectorConfig{"file", {{"dir", FreshDir()}}};
                                    }});
 
+// The faulty decorator with every rate 0 over a file connector (the inner
+// connector's own large-object path is covered by File).
+XSILO_CONNECTOR_CONFORMANCE(Faulty, {.name = "faulty",
+                                     .config =
+                                         [] {
+                                           return ::xsilo::ConnectorConfig{
+                                               "faulty",
+                                               {{"inner", "file"},
+                                                {"inner.dir", FreshDir()},
+                                                {"fault.seed", "1"},
+                                                {"fault.drop", "0"},
+                                                {"fault.corrupt", "0"}}};
+                                         },
+                                     .huge_payloads = false});
+
 // Small parts so that multi-part objects are exercised at every size.
 XSILO_CONNECTOR_CONFORMANCE(Redis, {.name = "redis", .config = [] {
                                       return ::xsilo::ConnectorConfig{
