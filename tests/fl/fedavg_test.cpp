@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "xsilo/fl/mlp.h"
@@ -421,6 +423,61 @@ TEST(FedAvgFaults, ACorruptUpdateIsNeverAggregated) {
   for (auto& t : threads) EXPECT_TRUE(t->result.get().ok());
   for (auto& p : parties) p->Stop();
   std::filesystem::remove_all(dir);
+}
+
+// Each client's update counts at most once per round: a client whose
+// update arrives twice (as after a transport's redelivery) moves the model
+// exactly as much as if it had arrived once. Client 2 sends only after both
+// copies of client 1's update are in the server's queue, so the copy
+// arrives while the round is still open.
+TEST(FedAvgFaults, ADuplicatedUpdateIsAggregatedOnce) {
+  Federation f(2);
+  constexpr uint64_t kRounds = 3;
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t first_client_rounds = 0;
+  std::vector<std::future<Status>> clients;
+  for (int k = 1; k <= 2; ++k) {
+    clients.push_back(std::async(std::launch::async, [&, k]() -> Status {
+      Transport& t = f.client(k);
+      for (uint64_t answered = 0; answered < kRounds;) {
+        XSILO_ASSIGN_OR_RETURN(Message model, t.Receive(60s));
+        if (model.type != "fl.model") continue;
+        if (k == 2) {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return first_client_rounds > answered; });
+        }
+        Message update;
+        update.type = "fl.update";
+        update.round = model.round;
+        update.params["samples"] = int64_t{10} * k;
+        update.tensors["w"] = Filled(First(model.tensors) + static_cast<float>(k));
+        XSILO_RETURN_IF_ERROR(t.Send(0, update, 30s));
+        XSILO_RETURN_IF_ERROR(t.Send(0, update, 30s));
+        ++answered;
+        if (k == 1) {
+          std::lock_guard<std::mutex> lock(mu);
+          first_client_rounds = answered;
+          cv.notify_all();
+        }
+      }
+      return Status::OK();
+    }));
+  }
+  ServerOptions o;
+  o.rounds = kRounds;
+  o.quorum_fraction = 1.0;
+  o.round_deadline = 60s;
+  o.finish = false;
+  FedAvgServer server(f.server(), o);
+  auto job = server.Run({{"w", Filled(1.0f)}});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  for (const auto& r : job->rounds) {
+    EXPECT_EQ(r.received, 2u);
+    EXPECT_EQ(r.contributors, (std::vector<int32_t>{1, 2}));
+  }
+  EXPECT_NEAR(First(job->model), 1.0 + kRounds * Step({1, 2}), 1e-5);
+  for (auto& c : clients) EXPECT_TRUE(c.get().ok());
 }
 
 }  // namespace
