@@ -66,8 +66,9 @@ struct Issued {
 
 constexpr const char* kGrantType = "xsilo.hybrid.grant";
 constexpr size_t kGrantsPerPeer = 2;
-// Fetches of one object before its message is refused (checksum mismatch
-// or a transient failure).
+// Fetches of one object before its message is refused when every fetch
+// fails the checksum. (Transient failures are retried inside the fetch:
+// connectors' and HttpGetUrlRanges' own retries.)
 constexpr int kFetchAttempts = 3;
 
 class HybridTransport final : public Transport {
@@ -496,18 +497,17 @@ class HybridTransport final : public Transport {
                                " bytes, above max_message_bytes " +
                                std::to_string(options_.max_message_bytes));
     }
-    // A fetch that fails its checksum (bytes damaged on the way) or fails
-    // transiently is fetched again; an object damaged at rest fails every
-    // time and the message is refused, never delivered.
+    // A fetch that fails its checksum (bytes damaged on the way) is fetched
+    // again; an object damaged at rest fails every time and the message is
+    // refused, never delivered.
     Result<Buffer> object = Internal("not fetched yet");
     for (int attempt = 1;; ++attempt) {
       object = Fetch(*m, key);
       if (object.ok() && static_cast<int64_t>(Checksum(object->span())) != *sum) {
         object = Corrupt("object " + key.id + " failed its checksum");
       }
-      const StatusCode code = object.status().code();
       if (object.ok() || attempt == kFetchAttempts ||
-          (code != StatusCode::kCorrupt && code != StatusCode::kUnavailable)) {
+          object.status().code() != StatusCode::kCorrupt) {
         break;
       }
       std::cerr << "xsilo " << name_ << ": fetching again (attempt " << attempt + 1 << " of "

@@ -164,8 +164,8 @@ Result<IncomingPlan> PlanIncoming(std::string_view metadata,
       // a piece past the end of the tensor's buffer.
       const uint64_t len = piece_lengths[piece_index + p];
       if (len > e.nbytes - covered) {
-        covered = ~uint64_t{0};
-        break;
+        return Corrupt("tensorpipe descriptor: pieces of tensor '" + e.name + "' hold more than " +
+                       std::to_string(e.nbytes) + " bytes");
       }
       covered += len;
     }
