@@ -66,6 +66,10 @@ struct Issued {
 
 constexpr const char* kGrantType = "xsilo.hybrid.grant";
 constexpr size_t kGrantsPerPeer = 2;
+// Fetches of one object before its message is refused when every fetch
+// fails the checksum. (Transient failures are retried inside the fetch:
+// connectors' and HttpGetUrlRanges' own retries.)
+constexpr int kFetchAttempts = 3;
 
 class HybridTransport final : public Transport {
  public:
@@ -486,11 +490,47 @@ class HybridTransport final : public Transport {
     if (!key_json.ok() || !sum.ok()) return Corrupt("hybrid stub without key or checksum");
     XSILO_ASSIGN_OR_RETURN(Key key, Key::FromJson(*key_json));
     *key_id = key.id;  // also on failure: a granted upload is evicted regardless
+    // The claim comes from the peer: refuse it before anything is allocated
+    // for it (a download by URL allocates the announced size up front).
+    if (key.size > options_.max_message_bytes) {
+      return ResourceExhausted("stub announces an object of " + std::to_string(key.size) +
+                               " bytes, above max_message_bytes " +
+                               std::to_string(options_.max_message_bytes));
+    }
+    // A fetch that fails its checksum (bytes damaged on the way) is fetched
+    // again; an object damaged at rest fails every time and the message is
+    // refused, never delivered.
+    Result<Buffer> object = Internal("not fetched yet");
+    for (int attempt = 1;; ++attempt) {
+      object = Fetch(*m, key);
+      if (object.ok() && static_cast<int64_t>(Checksum(object->span())) != *sum) {
+        object = Corrupt("object " + key.id + " failed its checksum");
+      }
+      if (object.ok() || attempt == kFetchAttempts ||
+          object.status().code() != StatusCode::kCorrupt) {
+        break;
+      }
+      std::cerr << "xsilo " << name_ << ": fetching again (attempt " << attempt + 1 << " of "
+                << kFetchAttempts << "): " << object.status().ToString() << "\n";
+    }
+    if (!object.ok()) return object.status();
+    DecodeLimits limits;
+    limits.max_payload_bytes = options_.max_message_bytes;
+    XSILO_ASSIGN_OR_RETURN(TensorMap tensors, DecodeSafetensors(*object, limits));
+    for (auto& [name, t] : tensors) m->tensors.insert_or_assign(name, std::move(t));
+    m->params.erase(kHybridKeyParam);
+    m->params.erase(kHybridChecksumParam);
+    m->params.erase(kHybridUrlParam);
+    return Status::OK();
+  }
+
+  // One fetch of a stub's object, with the connector or by its URL.
+  Result<Buffer> Fetch(const Message& m, const Key& key) {
     std::optional<Buffer> object;
     if (connector_) {
       XSILO_ASSIGN_OR_RETURN(object, connector_->Get(key));
     } else {
-      auto url = m->GetString(kHybridUrlParam);
+      auto url = m.GetString(kHybridUrlParam);
       if (!url.ok()) {
         return FailedPrecondition("stub carries no URL and this party has no storage access");
       }
@@ -504,17 +544,7 @@ class HybridTransport final : public Transport {
       if (fetched.ok()) object = std::move(fetched->data);
     }
     if (!object) return NotFound("object " + key.id + " is gone (evicted or expired)");
-    if (static_cast<int64_t>(Checksum(object->span())) != *sum) {
-      return Corrupt("object " + key.id + " failed its checksum");
-    }
-    DecodeLimits limits;
-    limits.max_payload_bytes = options_.max_message_bytes;
-    XSILO_ASSIGN_OR_RETURN(TensorMap tensors, DecodeSafetensors(*object, limits));
-    for (auto& [name, t] : tensors) m->tensors.insert_or_assign(name, std::move(t));
-    m->params.erase(kHybridKeyParam);
-    m->params.erase(kHybridChecksumParam);
-    m->params.erase(kHybridUrlParam);
-    return Status::OK();
+    return std::move(*object);
   }
 
   void ReapLoop() {

@@ -177,6 +177,8 @@ class DirectoryObjectStore : public ObjectStore {
   explicit DirectoryObjectStore(std::string root) : root_(std::move(root)) {}
 
   Status CreateBucket(const std::string& bucket) override {
+    if (!InsideRoot(bucket))
+      return S3Error("InvalidBucketName", "The specified bucket is not valid.");
     std::string dir = BucketDir(bucket);
     if (::mkdir(dir.c_str(), 0755) != 0) {
       if (errno == EEXIST)
@@ -202,7 +204,8 @@ class DirectoryObjectStore : public ObjectStore {
   }
   Status HeadBucket(const std::string& bucket) override {
     struct stat st {};
-    if (::stat(BucketDir(bucket).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    if (!InsideRoot(bucket) || ::stat(BucketDir(bucket).c_str(), &st) != 0 ||
+        !S_ISDIR(st.st_mode)) {
       return NoSuchBucket(bucket);
     }
     return Status::OK();
@@ -329,6 +332,13 @@ class DirectoryObjectStore : public ObjectStore {
   }
 
  private:
+  // A bucket is one directory right under the root: not "", ".", "..", the
+  // store's hidden entries, or anything with a '/' (every operation checks
+  // this through HeadBucket or CreateBucket before touching the path).
+  static bool InsideRoot(const std::string& bucket) {
+    return !bucket.empty() && bucket[0] != '.' && bucket.find('/') == std::string::npos &&
+           bucket.find('\0') == std::string::npos;
+  }
   std::string BucketDir(const std::string& bucket) const { return root_ + "/" + bucket; }
   void ReadMeta(const std::string& bucket, const std::string& name, StoredObject* o) const {
     std::ifstream m(BucketDir(bucket) + "/.xsilo-meta/" + name, std::ios::binary);

@@ -17,6 +17,8 @@ Result<std::unique_ptr<Connector>> MakeFileConnector(const ConnectorOptions& opt
 Result<std::unique_ptr<Connector>> MakeRedisConnector(const ConnectorOptions& options);
 Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& options);
 Result<std::unique_ptr<Connector>> MakeMultiConnector(const ConnectorOptions& options);
+// Wraps the connector given by its "inner" options and injects faults.
+Result<std::unique_ptr<Connector>> MakeFaultyConnector(const ConnectorOptions& options);
 
 // InvalidArgument naming the first option not in `known`.
 Status CheckConnectorOptions(const std::string& type, const ConnectorOptions& options,

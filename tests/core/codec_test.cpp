@@ -142,6 +142,26 @@ TEST(CodecErrors, HeaderLengthBeyondInput) {
   EXPECT_EQ(d.status().code(), StatusCode::kCorrupt);
 }
 
+// A frame prefix claiming 2^62 payload bytes (or 2^64-1) is refused by the
+// prefix parser every transport calls before allocating, and by the decoder;
+// a header length of 2^62 cannot wrap the payload offset around.
+TEST(CodecErrors, HugeClaimsAreRefusedBeforeAllocation) {
+  Buffer flat = Encode(Sample());
+  const uint64_t live = Buffer::LiveAllocatedBytes();
+  Buffer::ResetPeakAllocatedBytes();
+  for (uint64_t claim : {uint64_t{1} << 62, ~uint64_t{0}, (uint64_t{1} << 42) + 1}) {
+    Buffer copy = Buffer::CopyFrom(flat.data(), flat.size());
+    std::memcpy(copy.mutable_data() + 16, &claim, 8);
+    EXPECT_EQ(ParseFramePrefix(copy.span()).status().code(), StatusCode::kResourceExhausted);
+    EXPECT_EQ(DecodeMessage(copy).status().code(), StatusCode::kResourceExhausted);
+    copy = Buffer::CopyFrom(flat.data(), flat.size());
+    std::memcpy(copy.mutable_data() + 8, &claim, 8);
+    EXPECT_EQ(DecodeMessage(copy).status().code(), StatusCode::kCorrupt);
+  }
+  // Two copies of the sample frame, nothing sized by a claim.
+  EXPECT_LE(Buffer::PeakAllocatedBytes(), live + 2 * flat.size() + 8192);
+}
+
 TEST(CodecErrors, ChecksumMismatch) {
   Message m = Sample();
   EncodedFrame f = EncodeMessage(m);

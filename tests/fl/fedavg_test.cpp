@@ -7,14 +7,18 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "xsilo/fl/checkpoint.h"
 #include "xsilo/fl/mlp.h"
+#include "xsilo/hybrid/hybrid.h"
+#include "xsilo/store/connector.h"
 #include "xsilo/transport/registry.h"
 
 namespace xsilo::fl {
@@ -496,6 +500,121 @@ TEST(FedAvg, AClientTrainsARoundAgainForANewServerSession) {
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_EQ(report->rounds_trained, 2u);
   EXPECT_EQ(report->stale_models_skipped, 1u);
+}
+
+// Scenario 5 of issue 17 in a FedAvg run: every tensor travels through the
+// store (hybrid inproc+file), and client 4's connector damages what it
+// stores (one flipped bit per object). The server's fetches of its update
+// fail the checksum every time, so the update is refused and never
+// aggregated: the rounds close at quorum with clients 1-3, and the model is
+// exactly their average. (Client 4 still trains and evaluates: its
+// downloads are clean.)
+TEST(FedAvgFaults, ACorruptUpdateIsNeverAggregated) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("xsilo-fedavg-faults-" + std::to_string(::getpid())))
+                              .string();
+  const std::string fabric = "fl-faults-" + std::to_string(g_fabric++);
+  std::vector<std::unique_ptr<Transport>> parties;
+  for (int r = 0; r <= 4; ++r) {
+    TransportOptions o;
+    o.rank = r;
+    o.world_size = 5;
+    o.address = fabric;
+    o.connect_timeout = 5s;
+    auto inner = TransportRegistry::Global().Create("inproc", o);
+    ASSERT_TRUE(inner.ok()) << inner.status().ToString();
+    ConnectorConfig store{"file", {{"dir", dir}}};
+    if (r == 4) {
+      store = {"faulty", {{"inner", "file"}, {"inner.dir", dir}, {"fault.corrupt_put", "1"}}};
+    }
+    auto connector = MakeConnector(store);
+    ASSERT_TRUE(connector.ok()) << connector.status().ToString();
+    parties.push_back(MakeHybridTransport(o, std::move(inner).value(),
+                                          std::shared_ptr<Connector>(std::move(connector).value()),
+                                          {.threshold_bytes = 1}));
+    ASSERT_TRUE(parties.back()->Start().ok());
+  }
+  std::vector<std::unique_ptr<OffsetTrainer>> trainers;
+  std::vector<std::unique_ptr<ClientThread>> threads;
+  for (int r = 1; r <= 4; ++r) {
+    trainers.push_back(std::make_unique<OffsetTrainer>(r));
+    threads.push_back(std::make_unique<ClientThread>(*parties[r], *trainers.back()));
+  }
+  ServerOptions o;
+  o.rounds = 2;
+  o.quorum_fraction = 0.75;  // 3 of 4
+  // Each round waits this long for the update that never comes; honest
+  // updates take milliseconds, so the margin is wide.
+  o.round_deadline = 5s;
+  o.finish_deadline = 30s;
+  FedAvgServer server(*parties[0], o);
+  auto job = server.Run({{"w", Filled(1.0f)}});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_EQ(job->rounds.size(), 2u);
+  for (const auto& r : job->rounds) {
+    EXPECT_TRUE(r.completed);
+    EXPECT_EQ(r.received, 3u);
+    EXPECT_EQ(r.contributors, (std::vector<int32_t>{1, 2, 3}));
+  }
+  EXPECT_NEAR(First(job->model), 1.0 + 2 * Step({1, 2, 3}), 1e-5);
+  for (auto& t : threads) EXPECT_TRUE(t->result.get().ok());
+  for (auto& p : parties) p->Stop();
+  std::filesystem::remove_all(dir);
+}
+
+// Each client's update counts at most once per round: a client whose
+// update arrives twice (as after a transport's redelivery) moves the model
+// exactly as much as if it had arrived once. Client 2 sends only after both
+// copies of client 1's update are in the server's queue, so the copy
+// arrives while the round is still open.
+TEST(FedAvgFaults, ADuplicatedUpdateIsAggregatedOnce) {
+  Federation f(2);
+  constexpr uint64_t kRounds = 3;
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t first_client_rounds = 0;
+  std::vector<std::future<Status>> clients;
+  for (int k = 1; k <= 2; ++k) {
+    clients.push_back(std::async(std::launch::async, [&, k]() -> Status {
+      Transport& t = f.client(k);
+      for (uint64_t answered = 0; answered < kRounds;) {
+        XSILO_ASSIGN_OR_RETURN(Message model, t.Receive(60s));
+        if (model.type != "fl.model") continue;
+        if (k == 2) {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return first_client_rounds > answered; });
+        }
+        Message update;
+        update.type = "fl.update";
+        update.round = model.round;
+        update.params["samples"] = int64_t{10} * k;
+        update.tensors["w"] = Filled(First(model.tensors) + static_cast<float>(k));
+        XSILO_RETURN_IF_ERROR(t.Send(0, update, 30s));
+        XSILO_RETURN_IF_ERROR(t.Send(0, update, 30s));
+        ++answered;
+        if (k == 1) {
+          std::lock_guard<std::mutex> lock(mu);
+          first_client_rounds = answered;
+          cv.notify_all();
+        }
+      }
+      return Status::OK();
+    }));
+  }
+  ServerOptions o;
+  o.rounds = kRounds;
+  o.quorum_fraction = 1.0;
+  o.round_deadline = 60s;
+  o.finish = false;
+  FedAvgServer server(f.server(), o);
+  auto job = server.Run({{"w", Filled(1.0f)}});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  for (const auto& r : job->rounds) {
+    EXPECT_EQ(r.received, 2u);
+    EXPECT_EQ(r.contributors, (std::vector<int32_t>{1, 2}));
+  }
+  EXPECT_NEAR(First(job->model), 1.0 + kRounds * Step({1, 2}), 1e-5);
+  for (auto& c : clients) EXPECT_TRUE(c.get().ok());
 }
 
 }  // namespace

@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +20,7 @@
 #include "s3/crypto.h"
 #include "transport/test_util.h"
 #include "xsilo/core/codec.h"
+#include "xsilo/core/tiers.h"
 #include "xsilo/s3/server.h"
 
 namespace xsilo {
@@ -579,6 +583,84 @@ TEST(S3Credentials, ProviderChain) {
       CredentialsChain({StaticCredentials({"X", "Y"}), SharedFileCredentials(file)})->Get();
   EXPECT_EQ(explicit_first->access_key_id, "X");
   std::filesystem::remove_all(dir);
+}
+
+// Scenario 2 of issue 17: a credential-less download of a Big-tier model
+// (66,362,880 float32 parameters as one safetensors object) by presigned
+// ranged GETs, with the connection carrying the byte at 40 % of the object
+// cut there once. The cut range resumes from the byte where it stopped (no
+// restart from zero, no refetch of other ranges): the server sends the
+// object plus nothing, and the tensor's checksum matches.
+TEST(PresignedDownload, ACutAt40PercentResumesFromTheCut) {
+  const uint64_t params = FindTier("big")->parameters;
+  const Tensor tensor = testing::PatternTensor(params * 4, 40);
+  EncodedPayload payload = EncodeSafetensors({{"model", tensor}});
+  const uint64_t size = payload.bytes.size;
+  const uint64_t cut_at = size * 2 / 5;
+  std::mutex mu;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [first, last] requested
+  uint64_t cut_range_first = 0;
+  std::atomic<bool> cut_done{false};
+  auto parse = [](const std::string& h, uint64_t* first, uint64_t* last) {
+    return std::sscanf(h.c_str(), "bytes=%" SCNu64 "-%" SCNu64, first, last) == 2;
+  };
+  S3ServerOptions o;
+  o.access_key = kAk;
+  o.secret_key = kSk;
+  o.buckets = {"bkt"};
+  o.fault_drop_after_body_bytes = [&](const S3FaultRequest& r) -> int64_t {
+    uint64_t first = 0, last = 0;
+    if (r.method != "GET" || !parse(r.range, &first, &last)) return -1;
+    std::lock_guard<std::mutex> lock(mu);
+    ranges.emplace_back(first, last);
+    if (first <= cut_at && cut_at <= last && !cut_done.exchange(true)) {
+      cut_range_first = first;
+      return static_cast<int64_t>(cut_at - first);
+    }
+    return -1;
+  };
+  auto server = S3Server::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  S3ClientOptions co;
+  co.endpoint = (*server)->endpoint();
+  co.addressing = S3Addressing::kPath;
+  co.credentials = StaticCredentials({kAk, kSk});
+  auto client = S3Client::Create(co);
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE((*client)->PutObject({.bucket = "bkt", .key = "model", .body = payload.bytes}).ok());
+  auto url = (*client)->PresignUrl({.method = "GET", .bucket = "bkt", .key = "model"});
+  ASSERT_TRUE(url.ok()) << url.status().ToString();
+
+  UrlDownloadArgs args;
+  args.url = *url;
+  args.size = size;
+  args.connections = 8;
+  args.retry_base_delay = std::chrono::milliseconds(1);
+  auto got = HttpGetUrlRanges(args);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->range_retries, 1u);
+  EXPECT_EQ(Checksum(got->data.span()), payload.checksum);
+  auto tensors = DecodeSafetensors(got->data);
+  ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
+  EXPECT_EQ(Checksum(tensors->at("model").data.span()), Checksum(tensor.data.span()));
+
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_TRUE(cut_done.load());
+  ASSERT_EQ(ranges.size(), got->ranges + 1) << "one request per range plus one resume";
+  uint64_t sent = 0, resumed_from = 0;
+  const uint64_t range_bytes = ranges.front().second - ranges.front().first + 1;
+  for (const auto& [first, last] : ranges) {
+    if (first > cut_range_first && first <= cut_at && last >= cut_at) resumed_from = first;
+    sent += last - first + 1;
+  }
+  // The cut request sent cut_at - cut_range_first bytes, not its whole range.
+  const uint64_t cut_range_last = std::find_if(ranges.begin(), ranges.end(), [&](const auto& r) {
+                                    return r.first == cut_range_first;
+                                  })->second;
+  sent -= cut_range_last - cut_at + 1;
+  EXPECT_EQ(resumed_from, cut_at) << "the resume did not start at the cut";
+  EXPECT_EQ(sent, size) << "bytes fetched beyond the object";
+  EXPECT_LE(sent, size + range_bytes);
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <vector>
 
@@ -93,6 +95,21 @@ XSILO_CONNECTOR_CONFORMANCE(File, {.name = "file", .config = [] {
                                      return ::xsilo::ConnectorConfig{"file", {{"dir", FreshDir()}}};
                                    }});
 
+// The faulty decorator with every rate 0 over a file connector (the inner
+// connector's own large-object path is covered by File).
+XSILO_CONNECTOR_CONFORMANCE(Faulty, {.name = "faulty",
+                                     .config =
+                                         [] {
+                                           return ::xsilo::ConnectorConfig{
+                                               "faulty",
+                                               {{"inner", "file"},
+                                                {"inner.dir", FreshDir()},
+                                                {"fault.seed", "1"},
+                                                {"fault.drop", "0"},
+                                                {"fault.corrupt", "0"}}};
+                                         },
+                                     .huge_payloads = false});
+
 // Small parts so that multi-part objects are exercised at every size.
 XSILO_CONNECTOR_CONFORMANCE(Redis, {.name = "redis", .config = [] {
                                       return ::xsilo::ConnectorConfig{
@@ -149,12 +166,40 @@ TEST(Key, JsonRoundTripAndValidation) {
   EXPECT_FALSE(Key::FromJson(R"({"c":"s3","id":"x","size":-1})").ok());
 }
 
-TEST(FileConnector, RejectsPathTraversal) {
-  auto c = MakeConnector({"file", {{"dir", testing::FreshDir()}}});
+// A key id that names a path (relative climb, absolute, hidden, nested) is
+// refused by every operation that takes a key, and nothing outside the
+// directory is read, created or removed.
+TEST(FileConnector, RejectsPathTraversalOnEveryOperation) {
+  const std::filesystem::path outside = testing::FreshDir();
+  const std::filesystem::path dir = outside / "store";
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path victim = outside / "victim";
+  { std::ofstream(victim) << "do not touch"; }
+  auto c = MakeConnector({"file", {{"dir", dir.string()}}});
   ASSERT_TRUE(c.ok());
-  EXPECT_EQ((*c)->Get(Key{"file", "../etc/passwd", 0, {}}).status().code(),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ((*c)->Get(Key{"file", ".tmp-x", 0, {}}).status().code(), StatusCode::kInvalidArgument);
+  const std::string ids[] = {"../victim",      "..",          "../store/../victim",
+                             victim.string(),  "/etc/passwd", ".tmp-x",
+                             "a/../../victim", "sub/x",       "",
+                             "..%2Fvictim"};
+  GatherList body;
+  body.Append(Buffer::CopyFrom("evil"));
+  for (const std::string& id : ids) {
+    const Key key{"file", id, 4, {}};
+    EXPECT_EQ((*c)->Get(key).status().code(), StatusCode::kInvalidArgument) << id;
+    EXPECT_EQ((*c)->Exists(key).status().code(), StatusCode::kInvalidArgument) << id;
+    EXPECT_EQ((*c)->Evict(key).code(), StatusCode::kInvalidArgument) << id;
+    EXPECT_EQ((*c)->Set(key, body).code(), StatusCode::kInvalidArgument) << id;
+  }
+  std::ifstream in(victim);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "do not touch");
+  int entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(outside)) {
+    (void)e;
+    ++entries;
+  }
+  EXPECT_EQ(entries, 2);  // store/ and victim: nothing written beside them
+  EXPECT_TRUE(std::filesystem::is_empty(dir));
 }
 
 TEST(FileConnector, LeavesNoTemporaryFiles) {

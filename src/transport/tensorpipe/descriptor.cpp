@@ -159,7 +159,16 @@ Result<IncomingPlan> PlanIncoming(std::string_view metadata,
     if (e.pieces > piece_lengths.size() - piece_index) {
       return Corrupt("tensorpipe descriptor: tensor '" + e.name + "' has more pieces than sent");
     }
-    for (uint32_t p = 0; p < e.pieces; ++p) covered += piece_lengths[piece_index + p];
+    for (uint32_t p = 0; p < e.pieces; ++p) {
+      // Lengths are the peer's word too: a sum that wraps around would put
+      // a piece past the end of the tensor's buffer.
+      const uint64_t len = piece_lengths[piece_index + p];
+      if (len > e.nbytes - covered) {
+        return Corrupt("tensorpipe descriptor: pieces of tensor '" + e.name + "' hold more than " +
+                       std::to_string(e.nbytes) + " bytes");
+      }
+      covered += len;
+    }
     if (covered != e.nbytes) {
       return Corrupt("tensorpipe descriptor: pieces of tensor '" + e.name + "' hold " +
                      std::to_string(covered) + " bytes, not " + std::to_string(e.nbytes));

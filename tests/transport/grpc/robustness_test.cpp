@@ -194,6 +194,42 @@ TEST(GrpcBadInput, EachBadFrameDropsOnlyItsMessageWithAClearError) {
   EXPECT_TRUE(server->Receive(10s).ok());
 }
 
+// A chunk announcing a message of 2^62 bytes (or 2^64-1, or merely more
+// than max_message_bytes) is refused before the receiver allocates for it,
+// with the default limit and with a small one; the next message arrives.
+TEST(GrpcBadInput, AHugeClaimIsRefusedBeforeAllocation) {
+  for (uint64_t limit : {uint64_t{0}, uint64_t{1} << 20}) {
+    SCOPED_TRACE(limit);
+    const int port = FreeTcpPort();
+    TransportOptions base;
+    if (limit != 0) base.max_message_bytes = limit;
+    auto server = StartServer(port, 2, base);
+    ASSERT_NE(server, nullptr);
+    RawClient c(port, 1, 2);
+    ASSERT_EQ(c.ReadHelloAck().code(), 0);
+    const std::string good = FrameString(10000, 1);
+    std::vector<uint64_t> claims = {uint64_t{1} << 62, ~uint64_t{0}};
+    if (limit != 0) claims.push_back(uint64_t{64} << 20);
+    const uint64_t live = Buffer::LiveAllocatedBytes();
+    Buffer::ResetPeakAllocatedBytes();
+    uint64_t id = 0;
+    for (uint64_t claim : claims) {
+      c.SendChunk(++id, 0, claim, std::string_view(good).substr(0, 4096));
+      pb::Ack a = c.NextOutcome();
+      EXPECT_EQ(a.message_id(), id);
+      EXPECT_EQ(a.code(), static_cast<int>(StatusCode::kResourceExhausted)) << a.error();
+      EXPECT_NE(a.error().find("max_message_bytes"), std::string::npos) << a.error();
+    }
+    EXPECT_LT(Buffer::PeakAllocatedBytes(), live + (1 << 20));
+    c.SendChunk(++id, 0, good.size(), good);
+    pb::Ack a = c.NextOutcome();
+    EXPECT_EQ(a.code(), 0) << a.error();
+    auto got = server->Receive(10s);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_TRUE(PatternIntact(*got));
+  }
+}
+
 TEST(GrpcBadInput, HelloWithBadRankOrWorldIsRefused) {
   const int port = FreeTcpPort();
   auto server = StartServer(port, 3);

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "transport/test_util.h"
+#include "xsilo/core/codec.h"
 
 namespace xsilo::tplink {
 namespace {
@@ -45,6 +46,58 @@ TEST(TensorPipeDescriptor, RejectsSizesAboveTheLimit) {
   OutgoingPlan out = PlanOutgoing(m, 1 << 20, false);
   auto in = PlanIncoming(out.metadata, Lengths(out), 1024);
   EXPECT_EQ(in.status().code(), StatusCode::kResourceExhausted);
+}
+
+// The descriptor of `out` with its tensor table replaced by one tensor "t"
+// of u8[n] bytes in `pieces` pieces (the sender writes what it likes).
+std::string WithTable(const OutgoingPlan& out, uint64_t n, uint32_t pieces) {
+  auto prefix = ParseFramePrefix(
+      {reinterpret_cast<const uint8_t*>(out.metadata.data()) + 4, out.metadata.size() - 4});
+  EXPECT_TRUE(prefix.ok());
+  std::string md = out.metadata.substr(0, 4 + prefix->frame_size());
+  auto put = [&](const auto& v) { md.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(uint32_t{1});
+  put(uint32_t{1});
+  md += "t";
+  put(static_cast<uint8_t>(DType::kU8));
+  put(uint32_t{1});
+  put(static_cast<int64_t>(n));
+  put(n);
+  put(uint64_t{0});
+  put(pieces);
+  return md;
+}
+
+// A peer announcing a 2^62-byte tensor (or 2^63-1, the largest dimension)
+// is refused before anything is allocated for it.
+TEST(TensorPipeDescriptor, AHugeClaimIsRefusedBeforeAllocation) {
+  OutgoingPlan out = PlanOutgoing(testing::PatternMessage(4096, 1), 1 << 20, false);
+  const uint64_t live = Buffer::LiveAllocatedBytes();
+  Buffer::ResetPeakAllocatedBytes();
+  for (uint64_t n : {uint64_t{1} << 62, (uint64_t{1} << 63) - 1, uint64_t{64} << 20}) {
+    auto in = PlanIncoming(WithTable(out, n, 1), {n}, 1 << 20);
+    EXPECT_EQ(in.status().code(), StatusCode::kResourceExhausted) << in.status().ToString();
+    if (n > (1ull << 40)) {  // against the default limit, split in two pieces
+      in = PlanIncoming(WithTable(out, n, 2), {n / 2, n - n / 2}, 1ull << 40);
+      EXPECT_EQ(in.status().code(), StatusCode::kResourceExhausted) << in.status().ToString();
+    }
+  }
+  EXPECT_LT(Buffer::PeakAllocatedBytes(), live + (1 << 20));
+}
+
+// Piece lengths come from the peer too: lengths whose sum wraps around to
+// the tensor's size must not pass, or a piece would land past its buffer.
+TEST(TensorPipeDescriptor, PieceLengthsThatWrapAroundAreRefused) {
+  OutgoingPlan out = PlanOutgoing(testing::PatternMessage(4096, 1), 1 << 20, false);
+  const uint64_t half = uint64_t{1} << 63;
+  auto in = PlanIncoming(WithTable(out, 4096, 2), {2048 + half, 2048 + half}, 1ull << 40);
+  EXPECT_EQ(in.status().code(), StatusCode::kCorrupt) << in.status().ToString();
+  in = PlanIncoming(WithTable(out, 4096, 2), {8192, ~uint64_t{0} - 4095}, 1ull << 40);
+  EXPECT_EQ(in.status().code(), StatusCode::kCorrupt) << in.status().ToString();
+  in = PlanIncoming(WithTable(out, 4096, 2), {1024, 3072}, 1ull << 40);
+  ASSERT_TRUE(in.ok()) << in.status().ToString();  // the honest split still parses
+  ASSERT_EQ(in->pieces.size(), 2u);
+  EXPECT_EQ(in->pieces[1].data - in->pieces[0].data, 1024);
 }
 
 TEST(TensorPipeDescriptor, RejectsPiecesThatDisagreeWithTheTable) {
