@@ -88,6 +88,9 @@ def xsilo_receiver(backend, address, rounds):
             sd = m.to_state_dict()
             ok = f"{xsilo.checksum(sd['w']):016x}" == m.params["xxh3"]
             t.send(0, xsilo.Message(type="ok" if ok else "damaged", round=m.round), timeout=120)
+            # Free this round's model now, as the C++ receiver does, not when
+            # the next round's assignment replaces it (inside the next timing).
+            del m, sd
         t.receive(timeout=120)  # "bye": the sender stops first
 
 
