@@ -13,10 +13,7 @@
 // embedded S3 server of grpc+s3) are reported separately: their peak is
 // VmHWM since they started. Prints a table and writes JSON (default
 // broadcast_memory.json).
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "proc.h"
 #include "xsilo/core/codec.h"
 #include "xsilo/core/tiers.h"
 #include "xsilo/transport/registry.h"
@@ -43,16 +41,7 @@ namespace {
 using namespace xsilo;
 using Clock = std::chrono::steady_clock;
 
-uint64_t StatusField(const char* key) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  const size_t klen = std::strlen(key);
-  while (std::getline(in, line)) {
-    if (line.compare(0, klen, key) == 0 && line.size() > klen && line[klen] == ':')
-      return std::stoull(line.substr(klen + 1)) * 1024;
-  }
-  return 0;
-}
+uint64_t StatusField(const char* key) { return bench::StatusBytes("self", key); }
 bool ResetPeak() {
   std::ofstream out("/proc/self/clear_refs");
   out << "5";
@@ -60,18 +49,7 @@ bool ResetPeak() {
   return static_cast<bool>(out);
 }
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using bench::FreePort;
 
 Message Model(uint64_t params, uint64_t seed) {
   Buffer b = std::move(Buffer::Allocate(params * 4)).value();
@@ -106,18 +84,8 @@ std::map<std::string, std::string> BackendOptions(int streams, uint64_t chunk) {
 // Peak RSS (VmHWM) summed over our child processes that are not in `skip`.
 uint64_t HelperChildrenPeak(const std::set<pid_t>& skip) {
   uint64_t sum = 0;
-  std::error_code ec;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
-    std::ifstream in(task.path() / "children");
-    pid_t pid;
-    while (in >> pid) {
-      if (skip.count(pid)) continue;
-      std::ifstream st("/proc/" + std::to_string(pid) + "/status");
-      std::string line;
-      while (std::getline(st, line)) {
-        if (line.rfind("VmHWM:", 0) == 0) sum += std::stoull(line.substr(6)) * 1024;
-      }
-    }
+  for (pid_t pid : bench::ChildPids()) {
+    if (!skip.count(pid)) sum += bench::StatusBytes(std::to_string(pid), "VmHWM");
   }
   return sum;
 }

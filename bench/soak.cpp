@@ -17,10 +17,7 @@
 // --max-rss-growth between round --from-round and the last round, if any
 // process's descriptor count grows over the same span, or if a round
 // misses its quorum.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "proc.h"
 #include "xsilo/fl/fedavg.h"
 #include "xsilo/fl/mlp.h"
 #include "xsilo/fl/synthetic.h"
@@ -61,26 +59,10 @@ struct Args {
   std::map<std::string, std::string> options;  // --option key=value, for every party
 };
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using bench::ChildPids;
+using bench::FreePort;
 
-uint64_t RssBytes(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
+uint64_t RssBytes(pid_t pid) { return bench::StatusBytes(std::to_string(pid), "VmRSS"); }
 
 int OpenFds(pid_t pid) {
   std::error_code ec;
@@ -90,20 +72,6 @@ int OpenFds(pid_t pid) {
     ++n;
   }
   return n;
-}
-
-// Our direct children, from every thread's /proc children list.
-std::vector<pid_t> Children() {
-  std::vector<pid_t> out;
-  std::error_code ec;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
-    std::ifstream in(task.path() / "children");
-    pid_t pid;
-    while (in >> pid) out.push_back(pid);
-  }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
 }
 
 TransportOptions Options(const std::string& address, int rank, int world,
@@ -216,7 +184,7 @@ int main(int argc, char** argv) {
 
   std::map<pid_t, std::string> names = {{getpid(), "server"}};
   std::set<pid_t> helpers_before;
-  for (pid_t p : Children()) helpers_before.insert(p);  // the transport's own (embedded S3)
+  for (pid_t p : ChildPids()) helpers_before.insert(p);  // the transport's own (embedded S3)
   for (pid_t p : helpers_before) names[p] = "helper-" + std::to_string(p);
   std::vector<pid_t> clients;
   for (int r = 1; r <= a.clients; ++r) {
