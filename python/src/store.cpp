@@ -56,16 +56,7 @@ py::object BytesOut(const std::optional<Buffer>& b) {
 }
 
 py::object TensorsOut(const std::optional<TensorMap>& m) {
-  if (!m) return py::none();
-  py::dict out;
-  for (const auto& [name, t] : *m) out[py::str(name)] = PyTensor{t};
-  return out;
-}
-
-TensorMap TensorsIn(const py::dict& tensors) {
-  TensorMap out;
-  for (auto item : tensors) out[py::str(item.first)] = TensorFromPython(item.second, std::nullopt);
-  return out;
+  return m ? py::object(TensorsToPython(*m)) : py::object(py::none());
 }
 
 Buffer BytesIn(const py::object& obj) { return TensorFromPython(obj, std::string("U8")).data; }
@@ -138,7 +129,7 @@ void RegisterStore(py::module_& m) {
            })
       .def("put_tensors",
            [](PyStore& s, const py::dict& tensors) {
-             TensorMap t = TensorsIn(tensors);
+             TensorMap t = TensorsFromPython(tensors);
              return Unlocked([&] { return s.get().Put(t); }).ToJson();
            })
       .def("put_message",
@@ -174,8 +165,10 @@ void RegisterStore(py::module_& m) {
            })
       .def("proxy_bytes", [](PyStore& s, const py::object& obj,
                              bool evict) { return ProxyOf(s, BytesIn(obj), evict); })
-      .def("proxy_tensors", [](PyStore& s, const py::dict& tensors,
-                               bool evict) { return ProxyOf(s, TensorsIn(tensors), evict); })
+      .def("proxy_tensors",
+           [](PyStore& s, const py::dict& tensors, bool evict) {
+             return ProxyOf(s, TensorsFromPython(tensors), evict);
+           })
       .def("proxy_message",
            [](PyStore& s, const Message& msg, bool evict) { return ProxyOf(s, msg, evict); })
       .def("metrics",

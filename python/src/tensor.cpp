@@ -38,6 +38,17 @@ DType DTypeArg(const std::string& name) {
   return *parsed;
 }
 
+// The dtype a caller names for elements of `element_bytes` bytes (e.g.
+// "BF16" for bfloat16 bits held as uint16). ValueError on a size mismatch.
+DType OverrideDType(const std::string& name, uint64_t element_bytes) {
+  DType d = DTypeArg(name);
+  if (DTypeSize(d) != element_bytes) {
+    throw py::value_error("dtype " + name + " does not match the input's " +
+                          std::to_string(element_bytes) + "-byte elements");
+  }
+  return d;
+}
+
 // DLPack (code, bits) -> DType. BOOL travels as 8-bit unsigned in DLPack 0.6
 // (no bool code), so `hint` (from the producer's own dtype) disambiguates.
 DType FromDlDataType(DLDataType t, const std::optional<std::string>& hint) {
@@ -73,15 +84,7 @@ DType FromDlDataType(DLDataType t, const std::optional<std::string>& hint) {
                           " bits): xsilo carries the safetensors dtypes F64 F32 F16 BF16 I64 I32 "
                           "I16 I8 U8 BOOL");
   }
-  if (hint) {
-    DType h = DTypeArg(*hint);
-    if (DTypeSize(h) != DTypeSize(*d)) {
-      throw py::value_error("dtype " + *hint + " does not match the tensor's " +
-                            std::to_string(t.bits) + "-bit elements");
-    }
-    return h;
-  }
-  return *d;
+  return hint ? OverrideDType(*hint, DTypeSize(*d)) : *d;
 }
 
 DLDataType ToDlDataType(DType d) {
@@ -242,14 +245,7 @@ Tensor FromBufferProtocol(const py::handle& obj, const std::optional<std::string
     }
     std::string_view format = raw->format ? raw->format : "B";
     d = FromBufferFormat(format, raw->itemsize);
-    if (dtype) {
-      DType h = DTypeArg(*dtype);
-      if (static_cast<ssize_t>(DTypeSize(h)) != raw->itemsize) {
-        throw py::value_error("dtype " + *dtype + " does not match the array's " +
-                              std::to_string(raw->itemsize) + "-byte items");
-      }
-      d = h;
-    }
+    if (dtype) d = OverrideDType(*dtype, static_cast<uint64_t>(raw->itemsize));
     if (!d) {
       throw py::value_error("unsupported array item format '" + std::string(format) +
                             "': xsilo carries F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL "
@@ -364,14 +360,7 @@ py::capsule ToDlpack(const Tensor& tensor) {
 Tensor TensorFromPython(const py::handle& obj, const std::optional<std::string>& dtype) {
   if (py::isinstance<PyTensor>(obj)) {
     Tensor t = obj.cast<const PyTensor&>().tensor;
-    if (dtype) {
-      DType h = DTypeArg(*dtype);
-      if (DTypeSize(h) != DTypeSize(t.dtype)) {
-        throw py::value_error("dtype " + *dtype + " does not match the tensor's " +
-                              std::string(DTypeName(t.dtype)) + " elements");
-      }
-      t.dtype = h;
-    }
+    if (dtype) t.dtype = OverrideDType(*dtype, DTypeSize(t.dtype));
     return t;
   }
   if (PyCapsule_CheckExact(obj.ptr())) {

@@ -11,6 +11,17 @@ namespace xsilo::python {
 
 namespace {
 
+// Start with the GIL released (it may wait connect_timeout for peers).
+void Start(PyTransport& t) {
+  Transport& tr = t.get();
+  Status s;
+  {
+    py::gil_scoped_release release;
+    s = tr.Start();
+  }
+  Check(s);
+}
+
 std::string OptionText(const py::handle& v, const std::string& key) {
   if (py::isinstance<py::str>(v)) return v.cast<std::string>();
   if (py::isinstance<py::bool_>(v)) return v.cast<bool>() ? "1" : "0";
@@ -67,16 +78,7 @@ limit) and releases the GIL.)doc")
       .def_property_readonly("rank", [](PyTransport& t) { return t.get().rank(); })
       .def_property_readonly("world_size", [](PyTransport& t) { return t.get().world_size(); })
       .def(
-          "start",
-          [](PyTransport& t) {
-            Transport& tr = t.get();
-            Status s;
-            {
-              py::gil_scoped_release release;
-              s = tr.Start();
-            }
-            Check(s);
-          },
+          "start", [](PyTransport& t) { Start(t); },
           "Connects (clients) or listens (the server); waits at most connect_timeout.")
       .def(
           "stop", [](PyTransport& t) { t.Stop(); },
@@ -129,13 +131,7 @@ limit) and releases the GIL.)doc")
       .def(
           "__enter__",
           [](PyTransport& t) -> PyTransport& {
-            Transport& tr = t.get();
-            Status s;
-            {
-              py::gil_scoped_release release;
-              s = tr.Start();
-            }
-            Check(s);
+            Start(t);
             return t;
           },
           py::return_value_policy::reference)

@@ -60,6 +60,18 @@ def _classify(obj):
     )
 
 
+def _prepare(obj):
+    """(kind, flavor, the _Store method suffix, what that method takes) for obj."""
+    kind, flavor = _classify(obj)
+    if kind == _BYTES:
+        return kind, flavor, "bytes", _as_byte_view(obj)
+    if kind == _MESSAGE:
+        return kind, flavor, "message", obj
+    if kind == _TENSOR:
+        return kind, flavor, "tensors", {_SINGLE: obj}
+    return kind, flavor, "tensors", dict(obj)
+
+
 def _as_byte_view(obj):
     mv = memoryview(obj)
     if not mv.c_contiguous:
@@ -110,14 +122,8 @@ class Store:
 
     def put(self, obj):
         """Stores obj; returns its key (a JSON string)."""
-        kind, _ = _classify(obj)
-        if kind == _BYTES:
-            return self._impl.put_bytes(_as_byte_view(obj))
-        if kind == _MESSAGE:
-            return self._impl.put_message(obj)
-        if kind == _TENSOR:
-            return self._impl.put_tensors({_SINGLE: obj})
-        return self._impl.put_tensors(dict(obj))
+        _, _, method, payload = _prepare(obj)
+        return getattr(self._impl, "put_" + method)(payload)
 
     def get(self, key, kind=_TENSORS, flavor="torch"):
         """The object at key, or None. kind: 'bytes', 'tensors', 'tensor', 'message';
@@ -139,15 +145,8 @@ class Store:
     def proxy(self, obj, evict_on_resolve=False):
         """Stores obj and returns a Proxy: a small picklable reference that
         resolves to an equal object, in this process or any other."""
-        kind, flavor = _classify(obj)
-        if kind == _BYTES:
-            ref = self._impl.proxy_bytes(_as_byte_view(obj), evict_on_resolve)
-        elif kind == _MESSAGE:
-            ref = self._impl.proxy_message(obj, evict_on_resolve)
-        elif kind == _TENSOR:
-            ref = self._impl.proxy_tensors({_SINGLE: obj}, evict_on_resolve)
-        else:
-            ref = self._impl.proxy_tensors(dict(obj), evict_on_resolve)
+        kind, flavor, method, payload = _prepare(obj)
+        ref = getattr(self._impl, "proxy_" + method)(payload, evict_on_resolve)
         return Proxy(ref, kind, flavor)
 
     def metrics(self):
