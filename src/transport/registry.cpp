@@ -3,8 +3,24 @@
 #include <algorithm>
 
 #include "transport/builtin.h"
+#include "transport/faulty/faulty.h"
 
 namespace xsilo {
+
+namespace {
+
+// "faulty(<inner>)" -> true and *inner.
+bool Decorated(const std::string& name, std::string* inner) {
+  static const std::string kPrefix = "faulty(";
+  if (name.size() <= kPrefix.size() + 1 || name.compare(0, kPrefix.size(), kPrefix) != 0 ||
+      name.back() != ')') {
+    return false;
+  }
+  *inner = name.substr(kPrefix.size(), name.size() - kPrefix.size() - 1);
+  return true;
+}
+
+}  // namespace
 
 TransportRegistry& TransportRegistry::Global() {
   static TransportRegistry* registry = [] {
@@ -30,14 +46,23 @@ const TransportFactory* TransportRegistry::Find(const std::string& name) const {
   return it == factories_.end() ? nullptr : &*it;
 }
 
+bool TransportRegistry::Known(const std::string& name) const {
+  std::string inner, base, connector;
+  if (Find(name) != nullptr) return true;
+  if (Decorated(name, &inner)) return Known(inner);
+  return SplitComposite(name, &base, &connector);
+}
+
 bool TransportRegistry::SplitComposite(const std::string& name, std::string* base,
                                        std::string* connector) const {
   auto plus = name.rfind('+');
-  if (plus == std::string::npos || !composite_) return false;
+  if (plus == std::string::npos || !composite_ || name.back() == ')') return false;
   *base = name.substr(0, plus);
   *connector = name.substr(plus + 1);
-  return Find(*base) != nullptr && std::find(connector_types_.begin(), connector_types_.end(),
-                                             *connector) != connector_types_.end();
+  std::string inner;
+  const bool base_known = Find(*base) != nullptr || (Decorated(*base, &inner) && Known(inner));
+  return base_known && std::find(connector_types_.begin(), connector_types_.end(), *connector) !=
+                           connector_types_.end();
 }
 
 Result<std::unique_ptr<Transport>> TransportRegistry::Create(
@@ -45,6 +70,18 @@ Result<std::unique_ptr<Transport>> TransportRegistry::Create(
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
     return InvalidArgument("rank " + std::to_string(options.rank) + " outside world of " +
                            std::to_string(options.world_size));
+  }
+  std::string inner;
+  if (Decorated(name, &inner)) {
+    // fault.* options configure the decorator; the rest are the inner one's.
+    TransportOptions own = options, wrapped = options;
+    own.backend.clear();
+    wrapped.backend.clear();
+    for (const auto& [k, v] : options.backend) {
+      (k.rfind("fault.", 0) == 0 ? own : wrapped).backend[k] = v;
+    }
+    XSILO_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, Create(inner, wrapped));
+    return MakeFaultyTransport(std::move(t), own);
   }
   TransportFactory factory;
   CompositeFactory composite;
@@ -58,7 +95,8 @@ Result<std::unique_ptr<Transport>> TransportRegistry::Create(
     } else {
       std::string known;
       for (const auto& f : factories_) known += (known.empty() ? "" : ", ") + f.name;
-      std::string hint = composite_ ? " or <transport>+<connector>" : "";
+      std::string hint = composite_ ? ", <transport>+<connector>" : "";
+      hint += " or faulty(<transport>)";
       return NotFound("no transport named '" + name + "' (available: " + known + hint + ")");
     }
   }
@@ -74,15 +112,21 @@ Result<std::unique_ptr<Transport>> TransportRegistry::Create(
 }
 
 Status TransportRegistry::Viable(const std::string& name) const {
+  std::string inner;
+  if (Decorated(name, &inner)) return Viable(inner);
   TransportFactory factory;
+  std::string base, connector;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    std::string base, connector;
     const TransportFactory* f = Find(name);
-    if (f == nullptr && SplitComposite(name, &base, &connector)) f = Find(base);
-    if (f == nullptr) return NotFound("no transport named '" + name + "'");
-    factory = *f;
+    if (f == nullptr && SplitComposite(name, &base, &connector)) {
+      f = Find(base);
+      if (f == nullptr) inner = base;  // a decorated base: "faulty(grpc)+s3"
+    }
+    if (f == nullptr && inner.empty()) return NotFound("no transport named '" + name + "'");
+    if (f != nullptr) factory = *f;
   }
+  if (!inner.empty()) return Viable(inner);
   return factory.viable ? factory.viable() : Status::OK();
 }
 
@@ -101,7 +145,10 @@ std::vector<std::string> TransportRegistry::Names() const {
 std::string TransportRegistry::Description(const std::string& name) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (const TransportFactory* f = Find(name)) return f->description;
-  std::string base, connector;
+  std::string base, connector, inner;
+  if (Decorated(name, &inner)) {
+    return "fault injection (fault.* options) around " + inner;
+  }
   if (SplitComposite(name, &base, &connector)) {
     return base + " control plane; tensors above the threshold travel through the " + connector +
            " connector";

@@ -33,6 +33,8 @@ class TransportRegistry {
 
   Status Register(TransportFactory factory);
   // NotFound for an unknown name, the viability Status for an unusable one.
+  // "faulty(<name>)" wraps <name> in the fault-injecting decorator
+  // (docs/reliability.md), configured by the fault.* options.
   Result<std::unique_ptr<Transport>> Create(const std::string& name,
                                             const TransportOptions& options) const;
   Status Viable(const std::string& name) const;
@@ -45,7 +47,10 @@ class TransportRegistry {
 
  private:
   const TransportFactory* Find(const std::string& name) const;  // caller holds mu_
-  // Splits "grpc+s3" into a registered base transport and a connector type.
+  // A registered name, a composite, or "faulty(<known name>)".
+  bool Known(const std::string& name) const;  // caller holds mu_
+  // Splits "grpc+s3" (or "faulty(grpc)+s3") into a base transport and a
+  // connector type.
   bool SplitComposite(const std::string& name, std::string* base, std::string* connector) const;
 
   mutable std::mutex mu_;

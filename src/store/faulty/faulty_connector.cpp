@@ -27,6 +27,7 @@
 #include <cstring>
 #include <thread>
 
+#include "core/fault_draw.h"
 #include "store/builtin.h"
 #include "store/faulty/faulty.h"
 
@@ -34,37 +35,15 @@ namespace xsilo {
 
 namespace {
 
+using fault::Draw;
+
 enum Op : int { kPut, kGet, kExists, kEvict, kNewKey, kSet, kOpCount };
 constexpr const char* kOpNames[kOpCount] = {"put", "get", "exists", "evict", "new_key", "set"};
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 struct FaultRates {
   double fail = 0, drop = 0, corrupt = 0, truncate = 0, corrupt_put = 0, delay = 0;
   int64_t delay_ms = 10;
   uint64_t seed = 0;
-};
-
-// One operation's draws: independent uniform numbers derived from
-// (seed, op, sequence number, index).
-class Draw {
- public:
-  Draw(uint64_t seed, Op op, uint64_t n)
-      : state_(SplitMix64(seed ^ SplitMix64((static_cast<uint64_t>(op) << 56) ^ n))) {}
-  uint64_t Next() { return state_ = SplitMix64(state_); }
-  bool Happens(double p) {
-    if (p <= 0) return false;
-    return static_cast<double>(Next() >> 11) * 0x1.0p-53 < p;
-  }
-  uint64_t Below(uint64_t n) { return n == 0 ? 0 : Next() % n; }
-
- private:
-  uint64_t state_;
 };
 
 class FaultyConnector final : public Connector, public PresignedAccess {
@@ -192,15 +171,7 @@ class FaultyConnector final : public Connector, public PresignedAccess {
 
   Result<Buffer> FlipOneBit(const GatherList& bytes, Draw& d) {
     ++injected_corruptions;
-    XSILO_ASSIGN_OR_RETURN(Buffer copy, Buffer::Allocate(bytes.size));
-    uint64_t off = 0;
-    for (const Buffer& s : bytes.segments) {
-      if (!s.empty()) std::memcpy(copy.mutable_data() + off, s.data(), s.size());
-      off += s.size();
-    }
-    const uint64_t bit = d.Below(bytes.size * 8);
-    copy.mutable_data()[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
-    return copy;
+    return fault::FlipOneBit(bytes, d);
   }
 
   const std::unique_ptr<Connector> inner_;
@@ -218,19 +189,6 @@ class FaultyConnector final : public Connector, public PresignedAccess {
   std::atomic<uint64_t> injected_failures{0}, injected_drops{0}, injected_corruptions{0},
       injected_truncations{0};
 };
-
-Result<double> Probability(const ConnectorOptions& options, const char* key) {
-  auto it = options.find(key);
-  if (it == options.end()) return 0.0;
-  double v = -1;
-  const std::string& text = it->second;
-  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || p != text.data() + text.size() || !(v >= 0 && v <= 1)) {
-    return InvalidArgument(std::string("faulty option ") + key + "='" + text +
-                           "' must be a probability in [0, 1]");
-  }
-  return v;
-}
 
 }  // namespace
 
@@ -261,22 +219,16 @@ Result<std::unique_ptr<Connector>> MakeFaultyConnector(const ConnectorOptions& o
   }
   if (inner.type == "faulty") return InvalidArgument("faulty connector cannot wrap itself");
   FaultRates r;
-  XSILO_ASSIGN_OR_RETURN(r.fail, Probability(own, "fault.fail"));
-  XSILO_ASSIGN_OR_RETURN(r.drop, Probability(own, "fault.drop"));
-  XSILO_ASSIGN_OR_RETURN(r.corrupt, Probability(own, "fault.corrupt"));
-  XSILO_ASSIGN_OR_RETURN(r.truncate, Probability(own, "fault.truncate"));
-  XSILO_ASSIGN_OR_RETURN(r.corrupt_put, Probability(own, "fault.corrupt_put"));
-  XSILO_ASSIGN_OR_RETURN(r.delay, Probability(own, "fault.delay"));
+  XSILO_ASSIGN_OR_RETURN(r.fail, fault::Probability(own, "fault.fail", "faulty connector"));
+  XSILO_ASSIGN_OR_RETURN(r.drop, fault::Probability(own, "fault.drop", "faulty connector"));
+  XSILO_ASSIGN_OR_RETURN(r.corrupt, fault::Probability(own, "fault.corrupt", "faulty connector"));
+  XSILO_ASSIGN_OR_RETURN(r.truncate, fault::Probability(own, "fault.truncate", "faulty connector"));
+  XSILO_ASSIGN_OR_RETURN(r.corrupt_put,
+                         fault::Probability(own, "fault.corrupt_put", "faulty connector"));
+  XSILO_ASSIGN_OR_RETURN(r.delay, fault::Probability(own, "fault.delay", "faulty connector"));
   XSILO_ASSIGN_OR_RETURN(r.delay_ms,
                          ConnectorIntOption("faulty", own, "fault.delay_ms", 10, 0, 600000));
-  auto seed = own.find("fault.seed");
-  if (seed != own.end()) {
-    const std::string& t = seed->second;
-    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), r.seed);
-    if (ec != std::errc() || p != t.data() + t.size()) {
-      return InvalidArgument("faulty option fault.seed='" + t + "' must be an unsigned integer");
-    }
-  }
+  XSILO_ASSIGN_OR_RETURN(r.seed, fault::Unsigned(own, "fault.seed", "faulty connector", 0));
   XSILO_ASSIGN_OR_RETURN(std::unique_ptr<Connector> wrapped, MakeConnector(inner));
   return std::unique_ptr<Connector>(
       std::make_unique<FaultyConnector>(std::move(wrapped), std::move(own), r));
