@@ -29,7 +29,8 @@
 #include <string>
 #include <vector>
 
-#include "proc.h"
+#include "xsilo/bench/model.h"
+#include "xsilo/bench/process.h"
 #include "xsilo/core/codec.h"
 #include "xsilo/core/tiers.h"
 #include "xsilo/transport/registry.h"
@@ -41,35 +42,9 @@ namespace {
 using namespace xsilo;
 using Clock = std::chrono::steady_clock;
 
-uint64_t StatusField(const char* key) { return bench::StatusBytes("self", key); }
-bool ResetPeak() {
-  std::ofstream out("/proc/self/clear_refs");
-  out << "5";
-  out.flush();
-  return static_cast<bool>(out);
-}
-
-using bench::FreePort;
-
-Message Model(uint64_t params, uint64_t seed) {
-  Buffer b = std::move(Buffer::Allocate(params * 4)).value();
-  auto* p = reinterpret_cast<float*>(b.mutable_data());
-  for (uint64_t i = 0; i < params; ++i)
-    p[i] = static_cast<float>((i * 2654435761u + seed) % 1000) * 1e-3f;
-  Message m;
-  m.type = "model";
-  m.params["xxh3"] = static_cast<int64_t>(Checksum(b.span()));
-  m.tensors.emplace(
-      "w", std::move(Tensor::Make(DType::kF32, {static_cast<int64_t>(params)}, b)).value());
-  return m;
-}
-
-bool Intact(const Message& m) {
-  auto it = m.tensors.find("w");
-  auto sum = m.GetInt("xxh3");
-  return it != m.tensors.end() && sum.ok() &&
-         static_cast<int64_t>(Checksum(it->second.data.span())) == *sum;
-}
+using bench::FreeLoopbackPort;
+using bench::ModelIntact;
+using bench::StatusBytes;
 
 std::string g_backend = "grpc";
 std::map<std::string, std::string> g_extra;  // --option key=value
@@ -79,15 +54,6 @@ std::map<std::string, std::string> BackendOptions(int streams, uint64_t chunk) {
                                           {"chunk_bytes", std::to_string(chunk)}};
   for (const auto& [k, v] : g_extra) o[k] = v;
   return o;
-}
-
-// Peak RSS (VmHWM) summed over our child processes that are not in `skip`.
-uint64_t HelperChildrenPeak(const std::set<pid_t>& skip) {
-  uint64_t sum = 0;
-  for (pid_t pid : bench::ChildPids()) {
-    if (!skip.count(pid)) sum += bench::StatusBytes(std::to_string(pid), "VmHWM");
-  }
-  return sum;
 }
 
 // Child: receive `rounds` models, verify, ack each.
@@ -104,7 +70,7 @@ int RunClient(int rank, int world, const std::string& address, int streams, uint
     auto m = (*t)->Receive(std::chrono::seconds(600));
     if (!m.ok()) return 4;
     Message ack;
-    ack.type = Intact(*m) ? "ok" : "damaged";
+    ack.type = ModelIntact(*m) ? "ok" : "damaged";
     ack.round = m->round;
     if (!(*t)->Send(0, std::move(ack), std::chrono::seconds(120)).ok()) return 5;
   }
@@ -122,7 +88,7 @@ struct Row {
 int RunServer(const ModelTier& tier, int clients, int streams, uint64_t chunk, int rounds,
               std::vector<Row>* rows) {
   const int world = clients + 1;
-  const int port = FreePort();
+  const int port = FreeLoopbackPort();
   const std::string address = "127.0.0.1:" + std::to_string(port);
   TransportOptions o;
   o.rank = 0;
@@ -161,11 +127,12 @@ int RunServer(const ModelTier& tier, int clients, int streams, uint64_t chunk, i
   for (int r = 1; r <= clients; ++r) peers.push_back(r);
   int failures = 0;
   for (int round = 0; round < rounds; ++round) {
-    const uint64_t before = StatusField("VmRSS");
-    Message m = Model(tier.parameters, static_cast<uint64_t>(round) + 1);
+    const uint64_t before = StatusBytes("self", "VmRSS");
+    Message m =
+        std::move(bench::MakeModel(tier.parameters, static_cast<uint64_t>(round) + 1)).value();
     m.round = round;
     const uint64_t model_bytes = m.payload_bytes();
-    ResetPeak();
+    bench::ResetPeakRss();
     auto t0 = Clock::now();
     s = (*server)->Broadcast(peers, m, std::chrono::seconds(900));
     if (!s.ok()) {
@@ -178,8 +145,8 @@ int RunServer(const ModelTier& tier, int clients, int streams, uint64_t chunk, i
       if (!ack.ok() || ack->type != "ok") ++failures;
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    rows->push_back({streams, round, secs, model_bytes, before, StatusField("VmHWM"),
-                     HelperChildrenPeak({pids.begin(), pids.end()})});
+    rows->push_back({streams, round, secs, model_bytes, before, StatusBytes("self", "VmHWM"),
+                     bench::ChildrenPeakRss({pids.begin(), pids.end()})});
   }
   for (pid_t pid : pids) {
     int st = 0;

@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include "proc.h"
+#include "xsilo/bench/process.h"
 #include "xsilo/fl/fedavg.h"
 #include "xsilo/fl/mlp.h"
 #include "xsilo/fl/synthetic.h"
@@ -60,7 +60,7 @@ struct Args {
 };
 
 using bench::ChildPids;
-using bench::FreePort;
+using bench::FreeLoopbackPort;
 
 uint64_t RssBytes(pid_t pid) { return bench::StatusBytes(std::to_string(pid), "VmRSS"); }
 
@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
   }
 
   const int world = a.clients + 1;
-  const std::string address = "127.0.0.1:" + std::to_string(FreePort());
+  const std::string address = "127.0.0.1:" + std::to_string(FreeLoopbackPort());
   auto shape = MlpShapeForTier(a.tier);
   if (!shape.ok()) return Usage(shape.status().ToString().c_str());
   auto initial = MlpInitialParameters(*shape, 1);

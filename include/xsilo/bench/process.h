@@ -1,0 +1,37 @@
+// Processes as the benchmarks see them: memory figures from /proc, the
+// children of this process, this executable, free ports.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace xsilo::bench {
+
+// A "<key>: <n> kB" line of /proc/<pid>/status in bytes ("self" for this
+// process); 0 when absent. VmRSS is the resident set, VmHWM its peak.
+uint64_t StatusBytes(const std::string& pid, const char* key);
+
+// Resets the peak resident set (VmHWM) of `pid` to its current RSS. False
+// when the kernel refused (no /proc/<pid>/clear_refs access).
+bool ResetPeakRss(const std::string& pid = "self");
+
+// This process's direct children, from every thread's /proc children list.
+std::vector<pid_t> ChildPids();
+
+// ResetPeakRss of every child.
+void ResetChildrenPeakRss();
+
+// The peak resident sets (VmHWM) of our children not in `skip`, summed.
+uint64_t ChildrenPeakRss(const std::set<pid_t>& skip = {});
+
+// A TCP port on 127.0.0.1 that was free a moment ago; 0 when none.
+int FreeLoopbackPort();
+
+// The path of this executable ("/proc/self/exe" when unreadable).
+std::string SelfExe();
+
+}  // namespace xsilo::bench

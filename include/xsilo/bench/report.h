@@ -1,0 +1,26 @@
+// Figures and text the benchmark drivers share: summary statistics of a
+// sample, fixed-point numbers for tables, timestamps for result names.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace xsilo::bench {
+
+// The middle value (mean of the two middle ones for an even count); 0 when
+// `v` is empty.
+double Median(std::vector<double> v);
+
+// Nearest-rank percentile, `p` in [0, 100]; 0 when `v` is empty.
+double Percentile(std::vector<double> v, double p);
+
+// `v` with exactly `digits` digits after the point ("%.*f").
+std::string Fixed(double v, int digits);
+
+// The current UTC time as YYYYMMDD-HHMMSS, for result directory names.
+std::string UtcStamp();
+
+// The non-empty items of a comma-separated list.
+std::vector<std::string> SplitList(const std::string& s);
+
+}  // namespace xsilo::bench

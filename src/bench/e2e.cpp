@@ -1,0 +1,369 @@
+#include "xsilo/bench/e2e.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "xsilo/bench/process.h"
+#include "xsilo/bench/report.h"
+#include "xsilo/netem/netem.h"
+
+namespace xsilo::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+struct E2eBackend {
+  std::string name, transport;
+  std::map<std::string, std::string> options;
+};
+
+// Backends `fl server` / `fl client` can run as independent processes (the
+// MPI transports need mpirun to launch their ranks: not part of this run).
+const std::vector<E2eBackend>& E2eBackends() {
+  static const std::vector<E2eBackend> kAll = {
+      {"grpc", "grpc", {}},  // streams=1: the paper's baseline
+      {"grpc-s4", "grpc", {{"streams", "4"}}},
+      {"grpc-unary", "grpc", {{"mode", "unary"}}},
+      {"grpc+s3", "grpc+s3", {}},  // embedded S3 server in the server's process tree
+      {"tensorpipe", "tensorpipe", {}},
+  };
+  return kAll;
+}
+
+std::string Quote(const std::string& s) {
+  std::string q = "\"";
+  for (char c : s) q += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+  return q + "\"";
+}
+
+// Starts `argv` as a child process, inside netem site `site` unless the
+// state is loopback, with stdout and stderr appended to `log`.
+pid_t Spawn(const std::vector<std::string>& argv, const netem::State* state, int site,
+            const std::string& log) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  // Child: only async-signal-safe work until exec, plus the namespace switch.
+  int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    dup2(fd, 1);
+    dup2(fd, 2);
+  }
+  int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null >= 0) dup2(null, 0);
+  setpgid(0, 0);
+  if (state != nullptr && !state->topology.loopback) {
+    if (!netem::EnterSite(*state, site).ok()) _exit(126);
+  }
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execv(args[0], args.data());
+  _exit(127);
+}
+
+// Waits for every pid until `deadline`; kills what is left. True when all
+// exited with status 0.
+bool WaitAll(const std::vector<pid_t>& pids, Clock::time_point deadline, std::string* why) {
+  bool ok = true;
+  std::vector<bool> done(pids.size(), false);
+  size_t left = pids.size();
+  while (left > 0 && Clock::now() < deadline) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (done[i]) continue;
+      int st = 0;
+      pid_t r = waitpid(pids[i], &st, WNOHANG);
+      if (r == pids[i] || r < 0) {
+        done[i] = true;
+        --left;
+        if (r < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+          ok = false;
+          *why += (i == 0 ? "server" : "client " + std::to_string(i)) + " exited with status " +
+                  std::to_string(st) + "; ";
+        }
+      }
+    }
+    if (left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (size_t i = 0; i < pids.size(); ++i) {
+    if (done[i]) continue;
+    kill(-pids[i], SIGKILL);
+    kill(pids[i], SIGKILL);
+    waitpid(pids[i], nullptr, 0);
+    ok = false;
+    *why += (i == 0 ? "server" : "client " + std::to_string(i)) + " timed out; ";
+  }
+  return ok;
+}
+
+std::string DefaultOut(const std::string& env) { return "results/e2e-" + env + "-" + UtcStamp(); }
+
+struct RunResult {
+  bool ok = false;
+  std::string error;
+  double wall_s = 0;    // spawn of the server to its exit
+  double rounds_s = 0;  // sum of the server's round times
+  json report;          // the server's job report
+};
+
+RunResult RunOne(const E2eOptions& a, const E2eBackend& b, const std::string& tier,
+                 const netem::State& state, const fs::path& dir, int port) {
+  RunResult res;
+  fs::create_directories(dir);
+  const std::string server_ip = state.topology.loopback ? "127.0.0.1" : state.sites[0].address;
+  const fs::path job = dir / "job.toml";
+  {
+    std::ofstream t(job);
+    t << "# written by xsilo bench e2e\n[transport]\n"
+      << "name = " << Quote(b.transport) << "\n"
+      << "address = " << Quote(server_ip + ":" + std::to_string(port)) << "\n"
+      << "world_size = " << a.clients + 1 << "\n"
+      << "connect_timeout_s = 300\n";
+    if (!b.options.empty()) {
+      t << "\n[backend]\n";
+      for (const auto& [k, v] : b.options) t << k << " = " << Quote(v) << "\n";
+    }
+    t << "\n[fl]\ntier = " << Quote(tier) << "\nrounds = " << a.rounds << "\n";
+    if (a.local_steps > 0)
+      t << "local_steps = " << a.local_steps << "\n";
+    else
+      t << "local_epochs = " << a.local_epochs << "\n";
+    t << "quorum = " << Quote(std::to_string(a.clients)) << "\n";
+    // Every deadline is the job's timeout, the final evaluation's too: it
+    // broadcasts the model once more, which for Big on a slow link takes
+    // minutes, far past its 60 s default.
+    for (const char* k :
+         {"round_deadline_s", "finish_deadline_s", "send_timeout_s", "idle_timeout_s"}) {
+      t << k << " = " << static_cast<int64_t>(a.timeout_s) << "\n";
+    }
+  }
+  const std::string exe = SelfExe();
+  const fs::path report = dir / "server.json";
+  std::error_code ec;
+  fs::remove(report, ec);
+  const auto t0 = Clock::now();
+  std::vector<pid_t> pids;
+  pids.push_back(
+      Spawn({exe, "fl", "server", "--config", job.string(), "--json", report.string(), "--quiet"},
+            &state, 0, (dir / "server.log").string()));
+  for (int r = 1; r <= a.clients; ++r) {
+    const int site =
+        state.topology.loopback ? 0 : 1 + (r - 1) % static_cast<int>(state.sites.size() - 1);
+    pids.push_back(Spawn(
+        {exe, "fl", "client", "--config", job.string(), "--rank", std::to_string(r), "--quiet"},
+        &state, site, (dir / ("client" + std::to_string(r) + ".log")).string()));
+  }
+  const auto deadline = t0 + std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1000));
+  res.ok = WaitAll(pids, deadline, &res.error);
+  res.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::ifstream in(report);
+  if (in) {
+    try {
+      in >> res.report;
+    } catch (const std::exception& e) {
+      res.ok = false;
+      res.error += std::string("unreadable report: ") + e.what();
+    }
+  } else {
+    res.ok = false;
+    res.error += "no report from the server (see " + (dir / "server.log").string() + ")";
+  }
+  if (res.report.contains("rounds")) {
+    for (const auto& r : res.report["rounds"]) res.rounds_s += r.value("seconds", 0.0);
+  }
+  return res;
+}
+
+// Per-state seconds of the server and the mean over clients, from a report.
+void StateSummary(const json& report, json* server, json* clients_mean) {
+  *server = json::object();
+  *clients_mean = json::object();
+  if (!report.contains("state_seconds")) return;
+  const auto& ss = report["state_seconds"];
+  int n = 0;
+  for (const auto& p : ss["parties"]) {
+    if (p.value("rank", -1) == 0) {
+      *server = p["seconds"];
+      (*server)["total"] = p.value("total", 0.0);
+      continue;
+    }
+    ++n;
+    for (const auto& [k, v] : p["seconds"].items())
+      (*clients_mean)[k] = clients_mean->value(k, 0.0) + v.get<double>();
+    (*clients_mean)["total"] = clients_mean->value("total", 0.0) + p.value("total", 0.0);
+  }
+  if (n > 0) {
+    for (auto& [k, v] : clients_mean->items()) v = v.get<double>() / n;
+  }
+}
+
+}  // namespace
+
+int RunE2e(const E2eOptions& a) {
+  std::vector<E2eBackend> backends;
+  for (const auto& name : SplitList(a.backends)) {
+    bool found = false;
+    for (const auto& b : E2eBackends()) {
+      if (b.name == name) {
+        backends.push_back(b);
+        found = true;
+      }
+    }
+    if (!found) {
+      std::cerr << "xsilo bench e2e: unknown backend '" << name << "' (known:";
+      for (const auto& b : E2eBackends()) std::cerr << " " << b.name;
+      std::cerr << ")\n";
+      return 2;
+    }
+  }
+  const auto tiers = SplitList(a.tiers);
+  if (backends.empty() || tiers.empty() || a.clients < 1 || a.rounds < 1) {
+    std::cerr << "xsilo bench e2e: need backends, tiers, clients >= 1 and rounds >= 1\n";
+    return 2;
+  }
+  auto topology = netem::LoadTopology(a.env, a.env == "lan" ? 1.0 : a.scale);
+  if (!topology.ok()) {
+    std::cerr << "xsilo bench e2e: " << topology.status().ToString() << "\n";
+    return 2;
+  }
+  const fs::path out = a.out.empty() ? DefaultOut(a.env) : a.out;
+  fs::create_directories(out);
+
+  netem::Options nopt;
+  nopt.prefix = a.prefix;
+  netem::State state;
+  state.topology = *topology;
+  bool up = false;
+  if (!topology->loopback) {
+    (void)netem::Down(nopt);  // leftovers of a crashed run
+    Status s = netem::Up(*topology, nopt);
+    if (!s.ok()) {
+      std::cerr << "xsilo bench e2e: netem up " << a.env << ": " << s.ToString() << "\n";
+      (void)netem::Down(nopt);
+      return 1;
+    }
+    up = true;
+    auto st = netem::LoadState(nopt);
+    if (!st.ok()) {
+      std::cerr << "xsilo bench e2e: " << st.status().ToString() << "\n";
+      (void)netem::Down(nopt);
+      return 1;
+    }
+    state = *st;
+    std::cout << "netem: " << a.env << " up at scale " << a.scale << ", " << state.sites.size() - 1
+              << " client sites\n";
+  }
+
+  json results;
+  results["benchmark"] = "e2e";
+  results["env"] = a.env;
+  results["scale"] = topology->loopback ? 1.0 : a.scale;
+  results["clients"] = a.clients;
+  results["rounds"] = a.rounds;
+  results["local_work"] =
+      a.local_steps > 0 ? json{{"steps", a.local_steps}} : json{{"epochs", a.local_epochs}};
+  results["runs"] = json::array();
+  std::ofstream csv(out / "e2e.csv");
+  csv << "env,backend,tier,ok,wall_s,rounds_s,party,train,aggregate,communication,"
+         "serialization,wait,migration,total,final_loss,final_accuracy\n";
+  int failures = 0, port = 41000;
+  const auto started = Clock::now();
+  for (const auto& tier : tiers) {
+    for (const auto& b : backends) {
+      std::cout << "[" << Fixed(std::chrono::duration<double>(Clock::now() - started).count(), 0)
+                << " s] " << a.env << " " << b.name << " " << tier << ": 1 server + " << a.clients
+                << " clients, " << a.rounds << " rounds ...\n"
+                << std::flush;
+      const fs::path dir = out / (b.name + "-" + tier);
+      const int use_port = topology->loopback ? FreeLoopbackPort() : port;
+      RunResult r = RunOne(a, b, tier, state, dir, use_port);
+      port += 10;  // a fresh port per run: no TIME_WAIT surprises
+      json server, clients;
+      StateSummary(r.report, &server, &clients);
+      json row = {{"backend", b.name},
+                  {"transport", b.transport},
+                  {"options", b.options},
+                  {"tier", tier},
+                  {"ok", r.ok},
+                  {"wall_s", r.wall_s},
+                  {"rounds_s", r.rounds_s},
+                  {"server", server},
+                  {"clients_mean", clients}};
+      if (r.report.contains("final")) row["final"] = r.report["final"];
+      if (r.report.contains("model")) row["model"] = r.report["model"];
+      if (!r.ok) row["error"] = r.error;
+      results["runs"].push_back(row);
+      if (!r.ok) {
+        ++failures;
+        std::cout << "  FAILED: " << r.error << "\n";
+      } else {
+        std::cout << "  job " << Fixed(r.rounds_s, 2) << " s over " << a.rounds << " rounds (wall "
+                  << Fixed(r.wall_s, 2) << " s); server comm "
+                  << Fixed(server.value("communication", 0.0), 2) << " s, clients' mean train "
+                  << Fixed(clients.value("train", 0.0), 2) << " s\n";
+      }
+      auto final_loss = r.report.contains("final") && r.report["final"]["loss"].is_number()
+                            ? Fixed(r.report["final"]["loss"].get<double>(), 4)
+                            : "";
+      auto final_acc = r.report.contains("final") && r.report["final"]["accuracy"].is_number()
+                           ? Fixed(r.report["final"]["accuracy"].get<double>(), 4)
+                           : "";
+      for (const auto& [party, s] :
+           {std::pair<std::string, json>{"server", server}, {"clients_mean", clients}}) {
+        csv << a.env << "," << b.name << "," << tier << "," << (r.ok ? 1 : 0) << ","
+            << Fixed(r.wall_s, 3) << "," << Fixed(r.rounds_s, 3) << "," << party;
+        for (const char* k :
+             {"train", "aggregate", "communication", "serialization", "wait", "migration", "total"})
+          csv << "," << Fixed(s.value(k, 0.0), 3);
+        csv << "," << final_loss << "," << final_acc << "\n";
+      }
+    }
+  }
+  if (up) (void)netem::Down(nopt);
+  std::ofstream(out / "e2e.json") << results.dump(2) << "\n";
+
+  // Table, and the ratios against grpc (streams=1) per tier.
+  std::printf("\n%-10s %-8s %4s %9s %9s %9s %9s %9s %9s\n", "backend", "tier", "ok", "job_s",
+              "srv_comm", "srv_wait", "cl_train", "cl_comm", "cl_wait");
+  std::map<std::string, double> baseline;
+  for (const auto& r : results["runs"]) {
+    if (r["backend"] == "grpc" && r["ok"].get<bool>())
+      baseline[r["tier"].get<std::string>()] = r["rounds_s"].get<double>();
+  }
+  for (const auto& r : results["runs"]) {
+    const auto& s = r["server"];
+    const auto& c = r["clients_mean"];
+    std::printf("%-10s %-8s %4s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f",
+                r["backend"].get<std::string>().c_str(), r["tier"].get<std::string>().c_str(),
+                r["ok"].get<bool>() ? "yes" : "NO", r["rounds_s"].get<double>(),
+                s.value("communication", 0.0), s.value("wait", 0.0), c.value("train", 0.0),
+                c.value("communication", 0.0), c.value("wait", 0.0));
+    auto it = baseline.find(r["tier"].get<std::string>());
+    if (it != baseline.end() && r["ok"].get<bool>() && r["rounds_s"].get<double>() > 0)
+      std::printf("   %.2fx vs grpc", it->second / r["rounds_s"].get<double>());
+    std::printf("\n");
+  }
+  std::printf(
+      "job_s: sum of the server's round times; srv_/cl_: seconds in that state\n"
+      "(server; mean over clients). Results: %s/e2e.{json,csv}; figure: xsilo bench "
+      "plot --in %s\n",
+      out.c_str(), out.c_str());
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace xsilo::bench

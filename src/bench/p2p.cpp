@@ -1,0 +1,444 @@
+// The coordinator of `bench p2p`: brings each environment up, measures its
+// link, runs every tier and backend as fresh peer processes and collects
+// their results into the report.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "bench/p2p_output.h"
+#include "bench/p2p_peer.h"
+#include "bench/p2p_processes.h"
+#include "xsilo/bench/link.h"
+#include "xsilo/bench/p2p.h"
+#include "xsilo/bench/report.h"
+#include "xsilo/core/tiers.h"
+#include "xsilo/netem/netem.h"
+#include "xsilo/transport/registry.h"
+
+namespace xsilo::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// Backends. One row per name accepted by --backends. `transport` is the
+// TransportRegistry name, `options` its TransportOptions::backend.
+//
+// A new backend is one row here (and in kP2pBackends); nothing else in
+// the benchmark is backend-specific.
+struct BackendSpec {
+  std::string name;
+  std::string transport;
+  std::map<std::string, std::string> options;
+  // The sender or receiver copies the whole message through the codec
+  // (flattened frame, or chunk copies of the frame): the serialization share
+  // counts EncodeMessage + Flatten + DecodeMessage; otherwise Encode (gather
+  // list, no copy) + Decode.
+  bool serializes = true;
+  // Ranks must be launched by mpirun.
+  bool needs_mpirun = false;
+  // Only runs when sender and receiver share a host address (lan).
+  bool loopback_only = false;
+};
+
+const std::vector<BackendSpec>& Backends() {
+  static const std::vector<BackendSpec> kBackends = {
+      {"grpc", "grpc", {{"streams", "1"}}, true, false, false},
+      {"grpc-s4", "grpc", {{"streams", "4"}}, true, false, false},
+      // Unary mode dials rank r at the server's host, port + r: all ranks
+      // must share one address.
+      {"grpc-unary", "grpc", {{"mode", "unary"}}, true, false, true},
+      {"grpc+s3", "grpc+s3", {}, false, false, false},
+      {"mpi-generic", "mpi-generic", {}, true, true, false},
+      {"mpi-buffer", "mpi-buffer", {}, false, true, false},
+      // uv transport (TCP) and the basic channel, as PyTorch RPC between hosts.
+      {"tensorpipe", "tensorpipe", {}, false, false, false},
+  };
+  return kBackends;
+}
+
+const BackendSpec* FindBackend(const std::string& name) {
+  for (const auto& b : Backends())
+    if (b.name == name) return &b;
+  return nullptr;
+}
+
+// A port below the ephemeral range, picked at random: each peer world uses
+// port and (unary) port + world.
+int PickPort() {
+  static uint32_t state =
+      static_cast<uint32_t>(getpid()) * 2654435761u ^ static_cast<uint32_t>(std::time(nullptr));
+  state = state * 1664525u + 1013904223u;
+  return 20000 + static_cast<int>(state % 12000);
+}
+
+}  // namespace
+
+int RunP2p(P2pOptions a) {
+  auto given = [&](const std::string& f) {
+    return std::find(a.explicit_flags.begin(), a.explicit_flags.end(), f) != a.explicit_flags.end();
+  };
+  if (a.quick) {
+    if (!given("--envs")) a.envs = "lan,ca-hk";
+    if (!given("--repeats")) a.repeats = 2;
+    if (!given("--scale")) a.scale = 0.5;
+    if (!given("--link-seconds")) a.link_seconds = 3;
+    if (!given("--broadcast-peers")) a.broadcast_peers = 2;
+    if (!given("--dispatch")) a.dispatch = "1,4,16";
+    if (!given("--backends")) a.backends = "grpc,grpc+s3";
+  }
+  const auto envs = SplitList(a.envs);
+  const auto backend_names = SplitList(a.backends);
+  const auto dispatch_envs = SplitList(a.dispatch_envs);
+  std::vector<int> dispatch_points;
+  for (const auto& d : SplitList(a.dispatch)) dispatch_points.push_back(std::stoi(d));
+  std::map<std::string, std::map<std::string, std::string>> extra_options;
+  for (const auto& o : a.backend_options) {
+    const auto colon = o.find(':'), eq = o.find('=');
+    if (colon == std::string::npos || eq == std::string::npos || eq < colon ||
+        !FindBackend(o.substr(0, colon))) {
+      std::cerr << "xsilo bench p2p: --backend-option '" << o
+                << "': expected NAME:KEY=VALUE with a known backend NAME\n";
+      return 2;
+    }
+    extra_options[o.substr(0, colon)][o.substr(colon + 1, eq - colon - 1)] = o.substr(eq + 1);
+  }
+  for (const auto& b : backend_names) {
+    if (!FindBackend(b)) {
+      std::cerr << "xsilo bench p2p: unknown backend '" << b << "' (known: " << kP2pBackends
+                << ")\n";
+      return 2;
+    }
+  }
+  auto known_envs = netem::Environments();
+  for (const auto& e : envs) {
+    if (!known_envs.ok() ||
+        std::find(known_envs->begin(), known_envs->end(), e) == known_envs->end()) {
+      std::cerr << "xsilo bench p2p: unknown environment '" << e << "'\n";
+      return 2;
+    }
+  }
+  if (a.out.empty()) a.out = "results/p2p-" + UtcStamp();
+  std::error_code ec;
+  fs::create_directories(a.out, ec);
+  if (ec) {
+    std::cerr << "xsilo bench p2p: cannot create " << a.out << ": " << ec.message() << "\n";
+    return 1;
+  }
+  char tmpl[] = "/tmp/xsilo-p2p-XXXXXX";
+  if (!mkdtemp(tmpl)) {
+    std::cerr << "xsilo bench p2p: mkdtemp failed\n";
+    return 1;
+  }
+  const std::string tmpdir = tmpl;
+  StartSignalWatcher(a.prefix, tmpdir);
+
+  json report;
+  report["config"] = {{"envs", envs},
+                      {"tiers", SplitList(a.tiers)},
+                      {"backends", backend_names},
+                      {"repeats", a.repeats},
+                      {"scale", a.scale},
+                      {"quick", a.quick},
+                      {"link_seconds", a.link_seconds},
+                      {"broadcast_peers", a.broadcast_peers},
+                      {"dispatch_points", dispatch_points},
+                      {"dispatch_tier", a.dispatch_tier},
+                      {"dispatch_envs", dispatch_envs},
+                      {"backend_options", a.backend_options},
+                      {"started_utc", UtcStamp()}};
+  report["links"] = json::array();
+  report["runs"] = json::array();
+  report["not_run"] = json::array();
+  int failures = 0;
+  const auto started = Clock::now();
+  auto elapsed = [&] {
+    return Fixed(std::chrono::duration<double>(Clock::now() - started).count(), 0) + "s";
+  };
+
+  for (const auto& env : envs) {
+    netem::Options nopt;
+    nopt.prefix = a.prefix;
+    auto topology = netem::LoadTopology(env, env == "lan" ? 1.0 : a.scale);
+    if (!topology.ok()) {
+      std::cerr << "xsilo bench p2p: " << topology.status().ToString() << "\n";
+      return 1;
+    }
+    netem::State state;
+    if (topology->loopback) {
+      // lan needs no emulator (and no root): every site is 127.0.0.1.
+      state.topology = *topology;
+      state.prefix = a.prefix;
+      for (const auto& site : topology->sites) state.sites.push_back({site, "", "127.0.0.1"});
+    } else {
+      std::cout << "[" << elapsed() << "] " << env << ": netem up at scale " << a.scale << "\n"
+                << std::flush;
+      (void)netem::Down(nopt);
+      SetNetemUp(true);
+      Status s = netem::Up(*topology, nopt);
+      if (!s.ok()) {
+        std::cerr << "xsilo bench p2p: " << env << ": netem up: " << s.ToString() << "\n";
+        report["not_run"].push_back({{"env", env}, {"reason", "netem up: " + s.ToString()}});
+        (void)netem::Down(nopt);
+        SetNetemUp(false);
+        ++failures;
+        continue;
+      }
+      auto st = netem::LoadState(nopt);
+      if (!st.ok()) {
+        std::cerr << "xsilo bench p2p: " << st.status().ToString() << "\n";
+        (void)netem::Down(nopt);
+        SetNetemUp(false);
+        return 1;
+      }
+      state = *st;
+    }
+    const std::string server_addr = state.sites[0].address;
+    LinkReference link = LinkOf(state);
+
+    // (e) the physical reference: iperf3 on the same link.
+    if (a.link_seconds > 0) {
+      LinkMeasureOptions lo;
+      lo.seconds = a.link_seconds;
+      lo.port = static_cast<uint16_t>(PickPort());
+      std::cout << "[" << elapsed() << "] " << env << ": iperf3 single stream and filled link ("
+                << a.link_seconds << " s each)\n"
+                << std::flush;
+      auto measured = MeasureLink(state, lo);
+      if (measured.ok() && measured->measured) {
+        link = *measured;
+      } else {
+        std::cerr << "  link check failed: "
+                  << (measured.ok() ? "no rows" : measured.status().ToString()) << "\n";
+      }
+    }
+    report["links"].push_back({{"env", env},
+                               {"scale", topology->loopback ? 1.0 : a.scale},
+                               {"measured", link.measured},
+                               {"rtt_ms", link.rtt_ms},
+                               {"single_MBps", link.single_MBps},
+                               {"multi_MBps", link.multi_MBps},
+                               {"streams", link.streams},
+                               {"target_rtt_ms", link.target.rtt_ms},
+                               {"target_single_MBps", link.target.single_MBps},
+                               {"target_multi_MBps", link.target.multi_MBps}});
+    if (link.measured)
+      std::cout << "  link: RTT " << Fixed(link.rtt_ms, 2) << " ms, 1 stream "
+                << Fixed(link.single_MBps, 1) << " MB/s, " << link.streams << " streams "
+                << Fixed(link.multi_MBps, 1) << " MB/s\n";
+
+    // Rate used to size timeouts: the slowest plausible one.
+    double slow_MBps = link.measured ? link.single_MBps : link.target.single_MBps;
+    if (topology->loopback || slow_MBps <= 0) slow_MBps = 50;
+
+    for (const auto& tier_name : SplitList(a.tiers)) {
+      if (a.quick && !given("--tiers") && tier_name != "small" && tier_name != "medium" &&
+          !(tier_name == "big" && topology->loopback))
+        continue;
+      auto tier = FindTier(tier_name);
+      if (!tier) {
+        std::cerr << "xsilo bench p2p: unknown tier '" << tier_name << "'\n";
+        return 2;
+      }
+      const uint64_t bytes = tier->parameters * 4;
+      for (const auto& bname : backend_names) {
+        const BackendSpec& b = *FindBackend(bname);
+        auto skip = [&](const std::string& reason) {
+          report["not_run"].push_back(
+              {{"env", env}, {"tier", tier_name}, {"backend", bname}, {"reason", reason}});
+          std::cout << "  " << std::left << std::setw(12) << bname << std::setw(8) << tier_name
+                    << "not run: " << reason << "\n";
+        };
+        if (b.needs_mpirun && !topology->loopback) {
+          skip(
+              "MPI ranks inside netem sites need mpirun with scripts/netns-rsh "
+              "(docs/transport-mpi.md); not wired into bench p2p yet (lan only)");
+          continue;
+        }
+        if (b.needs_mpirun && std::system("command -v mpirun >/dev/null 2>&1") != 0) {
+          skip("mpirun (Open MPI) not on PATH");
+          continue;
+        }
+        if (b.loopback_only && !topology->loopback) {
+          skip(
+              "grpc mode=unary dials every rank at the server's host (port + rank); ranks "
+              "in separate sites are unreachable");
+          continue;
+        }
+        // MPI's viability is the launcher's; checked above.
+        Status viable =
+            b.needs_mpirun ? Status::OK() : TransportRegistry::Global().Viable(b.transport);
+        if (!viable.ok()) {
+          skip(viable.ToString());
+          continue;
+        }
+        std::cout << "[" << elapsed() << "] " << env << " " << tier_name << " " << bname << " ...\n"
+                  << std::flush;
+        const bool dispatch_here =
+            tier_name == a.dispatch_tier &&
+            std::find(dispatch_envs.begin(), dispatch_envs.end(), env) != dispatch_envs.end();
+        // --quick measures (b) on the small tier only.
+        const bool conc_here = !a.no_concurrency && !(a.quick && tier_name != "small");
+        const int conc = conc_here ? (tier_name == "large" ? 5 : 10) : 0;
+        PeerSpec spec;
+        spec.world = 2 + std::max(0, a.broadcast_peers - 1);
+        spec.address = server_addr + ":" + std::to_string(PickPort());
+        spec.transport = b.transport;
+        spec.options = b.options;
+        for (const auto& [k, v] : extra_options[bname]) spec.options[k] = v;
+        spec.prefix = topology->loopback ? "" : a.prefix;
+        spec.parameters = tier->parameters;
+        spec.repeats = a.repeats;
+        spec.concurrent = conc;
+        if (dispatch_here) spec.dispatch_points = dispatch_points;
+        spec.broadcast = a.broadcast_peers > 1;
+        spec.serializes = b.serializes;
+        spec.timeout_s = 120 + 4.0 * static_cast<double>(bytes) / (slow_MBps * 1e6);
+        spec.result = tmpdir + "/result.json";
+        fs::remove(spec.result, ec);
+        // The peers' stderr, kept with the results.
+        fs::create_directories(a.out + "/logs", ec);
+        const std::string log = a.out + "/logs/" + env + "-" + tier_name + "-" + bname + ".log";
+        fs::remove(log, ec);
+        const auto run_started = Clock::now();
+        std::vector<pid_t> pids;
+        Status spawn_status;
+        if (b.needs_mpirun) {
+          PeerSpec p = spec;
+          p.role = "sender";  // each rank takes its own from OMPI_COMM_WORLD_RANK
+          auto pid = SpawnMpiPeers(p, log);
+          if (pid.ok())
+            pids.push_back(*pid);
+          else
+            spawn_status = pid.status();
+        }
+        for (int r = 0; r < spec.world && spawn_status.ok() && !b.needs_mpirun; ++r) {
+          PeerSpec p = spec;
+          p.rank = r;
+          p.role = r == 0 ? "sender" : "receiver";
+          p.site = topology->loopback ? "" : (r == 0 ? "server" : "client1");
+          auto pid = SpawnPeer(p, log);
+          if (!pid.ok()) {
+            spawn_status = pid.status();
+            break;
+          }
+          pids.push_back(*pid);
+          if (r == 0) {
+            // Receivers dial only once the sender listens: a refused first
+            // connection would put gRPC's reconnect backoff (seconds to a
+            // minute) into the measurement's setup.
+            const int port = std::stoi(spec.address.substr(spec.address.rfind(':') + 1));
+            const auto until = Clock::now() + std::chrono::seconds(60);
+            while (!Listening(*pid, port) && Clock::now() < until && !Exited(*pid))
+              std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          }
+        }
+        // Whole-run budget: every message the sender sends, at the slow rate, x4.
+        double messages = 1 + a.repeats + 2.0 * conc + spec.world;
+        for (int n : spec.dispatch_points) messages += n;
+        const double budget_s =
+            300 + 4.0 * messages * static_cast<double>(bytes) / (slow_MBps * 1e6);
+        bool timed_out = false;
+        int failed = WaitPeers(pids, Clock::now() + Seconds(budget_s), &timed_out);
+        ParkIfStopping();
+        json run = {{"env", env},
+                    {"tier", tier_name},
+                    {"backend", bname},
+                    {"transport", b.transport},
+                    {"options", spec.options},
+                    {"bytes", bytes},
+                    {"parameters", tier->parameters}};
+        json result;
+        {
+          std::ifstream in(spec.result);
+          if (in) {
+            try {
+              in >> result;
+            } catch (...) {
+            }
+          }
+        }
+        std::string error;
+        if (!spawn_status.ok()) error = spawn_status.ToString();
+        if (timed_out) error = "timed out after " + Fixed(budget_s, 0) + " s";
+        if (error.empty() && result.is_object() && !result.value("ok", false))
+          error = result.value("error", "sender failed");
+        if (error.empty() && (failed > 0 || !result.is_object()))
+          error = std::to_string(failed) + " peer process(es) failed";
+        if (!error.empty()) {
+          std::ifstream in(log);
+          std::stringstream tail;
+          tail << in.rdbuf();
+          std::string t = tail.str();
+          if (t.size() > 2000) t = t.substr(t.size() - 2000);
+          run["error"] = error;
+          run["peer_log_tail"] = t;
+          std::cout << "  FAILED: " << error << "\n" << t << "\n";
+          ++failures;
+          report["runs"].push_back(run);
+          continue;
+        }
+        std::vector<double> lat = result.value("latency_ms", std::vector<double>{});
+        run["latency_ms"] = lat;
+        run["latency_median_ms"] = Median(lat);
+        run["latency_p95_ms"] = Percentile(lat, 95);
+        if (result.contains("concurrency")) run["concurrency"] = result["concurrency"];
+        run["dispatch"] = result.value("dispatch", json::array());
+        if (result.contains("broadcast")) run["broadcast"] = result["broadcast"];
+        run["phases_s"] = result.value("phases_s", json::object());
+        run["wall_s"] = std::chrono::duration<double>(Clock::now() - run_started).count();
+        const double codec_ms = result.value("encode_ms", 0.0) + result.value("decode_ms", 0.0);
+        run["encode_ms"] = result.value("encode_ms", 0.0);
+        run["decode_ms"] = result.value("decode_ms", 0.0);
+        run["serializes"] = b.serializes;
+        run["serialization_share"] = Median(lat) > 0 ? std::min(1.0, codec_ms / Median(lat)) : 0;
+        if (link.measured && link.multi_MBps > 0) {
+          const double floor_ms = FloorMs(link, bytes);
+          run["floor_ms"] = floor_ms;
+          run["over_floor"] = Median(lat) / floor_ms;
+        }
+        std::cout << "  " << std::left << std::setw(12) << bname << std::setw(8) << tier_name
+                  << std::right << " latency " << Fixed(Median(lat), 1) << " ms (p95 "
+                  << Fixed(Percentile(lat, 95), 1) << ")";
+        if (run.contains("floor_ms"))
+          std::cout << ", floor " << Fixed(run["floor_ms"].get<double>(), 1) << " ms";
+        if (run.contains("concurrency"))
+          std::cout << ", speedup x" << Fixed(run["concurrency"]["speedup"].get<double>(), 2);
+        if (run.contains("broadcast"))
+          std::cout << ", bcast peak "
+                    << Fixed(run["broadcast"]["peak_bytes"].get<double>() / 1e6, 0) << " MB";
+        std::cout << ", codec " << Fixed(100 * run["serialization_share"].get<double>(), 0) << "%\n"
+                  << std::flush;
+        report["runs"].push_back(run);
+      }
+    }
+    if (!topology->loopback) {
+      Status s = netem::Down(nopt);
+      SetNetemUp(false);
+      if (!s.ok()) std::cerr << "xsilo bench p2p: netem down: " << s.ToString() << "\n";
+    }
+  }
+  fs::remove_all(tmpdir, ec);
+
+  report["failures"] = failures;
+  WriteP2pFiles(report, a.out);
+  PrintP2pSummary(report);
+  std::cout << "wrote " << a.out << "/{p2p.json,p2p.csv,dispatch.csv,links.csv}; " << failures
+            << " failure(s); " << elapsed() << "\n";
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace xsilo::bench

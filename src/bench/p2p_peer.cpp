@@ -1,0 +1,361 @@
+// One party of a `bench p2p` measurement: the sender (rank 0) runs (a)
+// latency, (b) concurrency, (c) dispatch and broadcast memory and (d) codec
+// time, and writes its result file; the receivers verify and acknowledge
+// every model.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <set>
+
+#include "bench/p2p_peer.h"
+#include "xsilo/bench/model.h"
+#include "xsilo/bench/p2p.h"
+#include "xsilo/bench/process.h"
+#include "xsilo/bench/report.h"
+#include "xsilo/core/codec.h"
+#include "xsilo/netem/netem.h"
+#include "xsilo/transport/registry.h"
+
+namespace xsilo::bench {
+
+using nlohmann::json;
+
+json ToJson(const PeerSpec& s) {
+  return json{{"role", s.role},
+              {"rank", s.rank},
+              {"world", s.world},
+              {"address", s.address},
+              {"transport", s.transport},
+              {"options", s.options},
+              {"prefix", s.prefix},
+              {"site", s.site},
+              {"parameters", s.parameters},
+              {"warmup", s.warmup},
+              {"repeats", s.repeats},
+              {"concurrent", s.concurrent},
+              {"dispatch_points", s.dispatch_points},
+              {"broadcast", s.broadcast},
+              {"serializes", s.serializes},
+              {"timeout_s", s.timeout_s},
+              {"result", s.result}};
+}
+
+PeerSpec PeerSpecFromJson(const json& j) {
+  PeerSpec s;
+  s.role = j.at("role");
+  s.rank = j.at("rank");
+  s.world = j.at("world");
+  s.address = j.at("address");
+  s.transport = j.at("transport");
+  s.options = j.at("options").get<std::map<std::string, std::string>>();
+  s.prefix = j.at("prefix");
+  s.site = j.at("site");
+  s.parameters = j.at("parameters");
+  s.warmup = j.at("warmup");
+  s.repeats = j.at("repeats");
+  s.concurrent = j.at("concurrent");
+  s.dispatch_points = j.at("dispatch_points").get<std::vector<int>>();
+  s.broadcast = j.at("broadcast");
+  s.serializes = j.at("serializes");
+  s.timeout_s = j.at("timeout_s");
+  s.result = j.at("result");
+  return s;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+// The sender's view of outstanding sends: callbacks record the first error.
+struct SendErrors {
+  std::mutex mu;
+  Status first;
+  void Record(const Status& s) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!s.ok() && first.ok()) first = s;
+  }
+  Status Get() {
+    std::lock_guard<std::mutex> lock(mu);
+    return first;
+  }
+};
+
+// Waits for one ack per sequence number in `seqs`; returns seq -> receive
+// time (steady clock ns, the receiver's, same machine so same clock).
+// With `per_seq` > 1 (a broadcast), waits for that many acks per number and
+// keeps the latest time.
+Result<std::map<int64_t, int64_t>> WaitAcks(Transport& t, const std::set<int64_t>& seqs,
+                                            double timeout_s, SendErrors* errors,
+                                            size_t per_seq = 1) {
+  std::map<int64_t, int64_t> out;
+  size_t got = 0;
+  const auto deadline = Clock::now() + Seconds(timeout_s);
+  while (got < seqs.size() * per_seq) {
+    Status e = errors->Get();
+    if (!e.ok()) return e;
+    auto left = std::chrono::duration_cast<Duration>(deadline - Clock::now());
+    if (left.count() <= 0) return Timeout("waiting for the receivers' acknowledgements");
+    auto m = t.Receive(std::min(left, Duration(1000)));
+    if (!m.ok()) {
+      if (m.status().code() == StatusCode::kTimeout) continue;
+      return m.status();
+    }
+    if (m->type != "ack") continue;
+    auto seq = m->GetInt("seq");
+    auto ok = m->GetInt("ok");
+    auto ns = m->GetInt("recv_ns");
+    if (!seq.ok() || !ok.ok() || !ns.ok()) return Corrupt("malformed ack");
+    if (*ok != 1)
+      return Corrupt("receiver " + std::to_string(m->sender) + " got a damaged model (seq " +
+                     std::to_string(*seq) + ")");
+    if (seqs.count(*seq)) {
+      out[*seq] = std::max(out[*seq], *ns);
+      ++got;
+    }
+  }
+  return out;
+}
+
+Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
+  // Receivers announce themselves once started.
+  std::set<int64_t> ready;
+  for (int r = 1; r < spec.world; ++r) ready.insert(-r);
+  SendErrors errors;
+  const auto started = Clock::now();
+  json phases = json::object();
+  auto phase = [&](const char* name) {
+    phases[name] = std::chrono::duration<double>(Clock::now() - started).count();
+    (*result)["phases_s"] = phases;
+  };
+  XSILO_RETURN_IF_ERROR(WaitAcks(t, ready, 120, &errors).status());
+  phase("ready");
+
+  XSILO_ASSIGN_OR_RETURN(Message model, MakeModel(spec.parameters, 1));
+  const uint64_t model_bytes = model.payload_bytes();
+  (*result)["model_bytes"] = model_bytes;
+  int64_t seq = 0;
+  auto send = [&](int32_t peer, const Message& m, int64_t s) {
+    Message copy = m;  // shares the tensor Buffers
+    copy.params["seq"] = s;
+    t.SendAsync(peer, std::move(copy), [&errors](const Status& st) { errors.Record(st); });
+  };
+
+  // (a) latency: warm-up sends, then `repeats` sends, each waited for.
+  std::vector<double> latency_ms;
+  for (int r = 0; r < spec.warmup + spec.repeats; ++r) {
+    StampModel(&model, ++seq);
+    const int64_t t0 = NowNs();
+    send(1, model, seq);
+    XSILO_ASSIGN_OR_RETURN(auto acks, WaitAcks(t, {seq}, spec.timeout_s, &errors));
+    if (r >= spec.warmup) latency_ms.push_back(static_cast<double>(acks[seq] - t0) / 1e6);
+  }
+  (*result)["latency_ms"] = latency_ms;
+  phase("latency");
+
+  // (b) N distinct messages one after another, then all at once.
+  if (spec.concurrent > 0) {
+    std::vector<Message> batch;
+    for (int i = 0; i < spec.concurrent; ++i) {
+      XSILO_ASSIGN_OR_RETURN(Message m, MakeModel(spec.parameters, 100 + i));
+      batch.push_back(std::move(m));
+    }
+    auto t0 = Clock::now();
+    for (auto& m : batch) {
+      send(1, m, ++seq);
+      XSILO_RETURN_IF_ERROR(WaitAcks(t, {seq}, spec.timeout_s, &errors).status());
+    }
+    const double seq_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::set<int64_t> seqs;
+    for (auto& m : batch) StampModel(&m, ++seq + 1000000);  // fresh content
+    const uint64_t before = StatusBytes("self", "VmRSS");
+    ResetPeakRss();
+    t0 = Clock::now();
+    for (auto& m : batch) {
+      seqs.insert(++seq);
+      send(1, m, seq);
+    }
+    XSILO_RETURN_IF_ERROR(WaitAcks(t, seqs, spec.timeout_s * spec.concurrent, &errors).status());
+    const double conc_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    (*result)["concurrency"] = {
+        {"n", spec.concurrent},       {"sequential_s", seq_s},
+        {"concurrent_s", conc_s},     {"speedup", seq_s / conc_s},
+        {"rss_before_bytes", before}, {"peak_bytes", StatusBytes("self", "VmHWM")}};
+    phase("concurrency");
+  }
+
+  // (c) Figure 2: the same model dispatched n times at once.
+  json dispatch = json::array();
+  for (int n : spec.dispatch_points) {
+    StampModel(&model, ++seq + 2000000);
+    const uint64_t before = StatusBytes("self", "VmRSS");
+    ResetPeakRss();
+    ResetChildrenPeakRss();
+    auto t0 = Clock::now();
+    std::set<int64_t> seqs;
+    for (int i = 0; i < n; ++i) {
+      seqs.insert(++seq);
+      send(1, model, seq);
+    }
+    XSILO_RETURN_IF_ERROR(WaitAcks(t, seqs, spec.timeout_s * n, &errors).status());
+    dispatch.push_back({{"n", n},
+                        {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},
+                        {"rss_before_bytes", before},
+                        {"peak_bytes", StatusBytes("self", "VmHWM")},
+                        {"helpers_peak_bytes", ChildrenPeakRss()}});
+  }
+  (*result)["dispatch"] = dispatch;
+  phase("dispatch");
+
+  // (c) a concurrent broadcast to every receiver.
+  if (spec.broadcast && spec.world > 2) {
+    StampModel(&model, ++seq + 3000000);
+    model.params["seq"] = seq;
+    std::vector<int32_t> peers;
+    for (int r = 1; r < spec.world; ++r) peers.push_back(r);
+    const uint64_t before = StatusBytes("self", "VmRSS");
+    ResetPeakRss();
+    ResetChildrenPeakRss();
+    auto t0 = Clock::now();
+    t.BroadcastAsync(peers, model, [&errors](const Status& st) { errors.Record(st); });
+    XSILO_RETURN_IF_ERROR(
+        WaitAcks(t, {seq}, spec.timeout_s * peers.size(), &errors, peers.size()).status());
+    (*result)["broadcast"] = {
+        {"peers", peers.size()},
+        {"rss_before_bytes", before},
+        {"peak_bytes", StatusBytes("self", "VmHWM")},
+        {"helpers_peak_bytes", ChildrenPeakRss()},
+        {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()}};
+    phase("broadcast");
+  }
+
+  // (d) codec time for the same message, in this process.
+  std::vector<double> enc, dec;
+  for (int i = 0; i < 3; ++i) {
+    auto t0 = Clock::now();
+    EncodedFrame f = EncodeMessage(model);
+    auto t_gather = Clock::now();
+    XSILO_ASSIGN_OR_RETURN(Buffer flat, f.bytes.Flatten());
+    auto t1 = Clock::now();
+    XSILO_ASSIGN_OR_RETURN(Message back, DecodeMessage(flat));
+    auto t2 = Clock::now();
+    if (!ModelIntact(back)) return Internal("codec round trip damaged the model");
+    // Backends that send from the tensors' own Buffers skip the copy.
+    enc.push_back(
+        std::chrono::duration<double, std::milli>((spec.serializes ? t1 : t_gather) - t0).count());
+    dec.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+  }
+  (*result)["encode_ms"] = Median(enc);
+  (*result)["decode_ms"] = Median(dec);
+  phase("codec");
+  return Status::OK();
+}
+
+Status RunReceiver(const PeerSpec& spec, Transport& t) {
+  Message hello;
+  hello.type = "ack";
+  hello.params["seq"] = static_cast<int64_t>(-spec.rank);
+  hello.params["ok"] = static_cast<int64_t>(1);
+  hello.params["recv_ns"] = NowNs();
+  XSILO_RETURN_IF_ERROR(t.Send(0, std::move(hello), std::chrono::seconds(120)));
+  // Generous: the sender builds models between sends.
+  const Duration idle = Seconds(std::max(600.0, spec.timeout_s * 60));
+  for (;;) {
+    XSILO_ASSIGN_OR_RETURN(Message m, t.Receive(idle));
+    if (m.type == "done") return Status::OK();
+    const bool ok = ModelIntact(m);
+    const int64_t at = NowNs();
+    auto seq = m.GetInt("seq");
+    Message ack;
+    ack.type = "ack";
+    ack.params["seq"] = seq.ok() ? *seq : int64_t{0};
+    ack.params["ok"] = static_cast<int64_t>(ok ? 1 : 0);
+    ack.params["recv_ns"] = at;
+    m = Message();  // drop the model before acking
+    XSILO_RETURN_IF_ERROR(t.Send(0, std::move(ack), std::chrono::seconds(120)));
+  }
+}
+
+}  // namespace
+
+int RunP2pPeer(const std::string& spec_text) {
+  const auto t_start = Clock::now();
+  PeerSpec spec;
+  try {
+    spec = PeerSpecFromJson(json::parse(spec_text));
+  } catch (const std::exception& e) {
+    std::cerr << "p2p-peer: bad spec: " << e.what() << "\n";
+    return 2;
+  }
+  if (const char* r = std::getenv("OMPI_COMM_WORLD_RANK")) {  // launched by mpirun
+    spec.rank = std::atoi(r);
+    spec.role = spec.rank == 0 ? "sender" : "receiver";
+  }
+  // Enter the site before any thread or socket exists, so that everything
+  // this process (and the children it forks) opens belongs to the site.
+  if (!spec.site.empty()) {
+    netem::Options o;
+    o.prefix = spec.prefix;
+    auto state = netem::LoadState(o);
+    if (!state.ok()) {
+      std::cerr << "p2p-peer: " << state.status().ToString() << "\n";
+      return 3;
+    }
+    auto site = netem::FindSite(*state, spec.site);
+    Status s = site.ok() ? netem::EnterSite(*state, *site) : site.status();
+    if (!s.ok()) {
+      std::cerr << "p2p-peer: " << s.ToString() << "\n";
+      return 3;
+    }
+  }
+  TransportOptions o;
+  o.rank = spec.rank;
+  o.world_size = spec.world;
+  o.address = spec.address;
+  o.backend = spec.options;
+  o.connect_timeout = std::chrono::seconds(120);
+  auto t = TransportRegistry::Global().Create(spec.transport, o);
+  Status s = t.ok() ? (*t)->Start() : t.status();
+  auto log = [&](const std::string& what) {
+    std::fprintf(stderr, "[%8.3f s] %s rank %d: %s\n",
+                 std::chrono::duration<double>(Clock::now() - t_start).count(), spec.role.c_str(),
+                 spec.rank, what.c_str());
+  };
+  log("transport " + spec.transport + " started at " + spec.address + ": " + s.ToString());
+  json result;
+  if (s.ok()) {
+    if (spec.role == "sender") {
+      s = RunSender(spec, **t, &result);
+      for (int r = 1; r < spec.world; ++r) {  // release the receivers, even after a failure
+        Message done;
+        done.type = "done";
+        (void)(*t)->Send(r, std::move(done), std::chrono::seconds(30));
+      }
+    } else {
+      s = RunReceiver(spec, **t);
+    }
+  }
+  log("measurements done: " + s.ToString());
+  if (t.ok()) (*t)->Stop();
+  log("transport stopped");
+  if (spec.role == "sender") {
+    result["ok"] = s.ok();
+    result["error"] = s.ok() ? "" : s.ToString();
+    std::ofstream out(spec.result);
+    out << result.dump() << "\n";
+  }
+  if (!s.ok()) {
+    std::cerr << "p2p-peer " << spec.role << " rank " << spec.rank << ": " << s.ToString() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace xsilo::bench

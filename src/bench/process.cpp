@@ -1,0 +1,78 @@
+#include "xsilo/bench/process.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace xsilo::bench {
+
+uint64_t StatusBytes(const std::string& pid, const char* key) {
+  std::ifstream in("/proc/" + pid + "/status");
+  std::string line;
+  const size_t klen = std::strlen(key);
+  while (std::getline(in, line)) {
+    if (line.compare(0, klen, key) == 0 && line.size() > klen && line[klen] == ':')
+      return std::stoull(line.substr(klen + 1)) * 1024;
+  }
+  return 0;
+}
+
+bool ResetPeakRss(const std::string& pid) {
+  std::ofstream out("/proc/" + pid + "/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+std::vector<pid_t> ChildPids() {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream in(task.path() / "children");
+    pid_t pid;
+    while (in >> pid) out.push_back(pid);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+void ResetChildrenPeakRss() {
+  for (pid_t p : ChildPids()) ResetPeakRss(std::to_string(p));
+}
+
+uint64_t ChildrenPeakRss(const std::set<pid_t>& skip) {
+  uint64_t sum = 0;
+  for (pid_t p : ChildPids()) {
+    if (!skip.count(p)) sum += StatusBytes(std::to_string(p), "VmHWM");
+  }
+  return sum;
+}
+
+int FreeLoopbackPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+std::string SelfExe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("/proc/self/exe") : p.string();
+}
+
+}  // namespace xsilo::bench

@@ -1,0 +1,250 @@
+// Credential-less transfers to presigned URLs: plain, ranged and in parts.
+#include "s3/client_internal.h"
+
+namespace xsilo {
+
+using s3::Params;
+using namespace s3client;
+
+// ------------------------------------------------------- credential-less use
+
+namespace {
+// Handles for credential-less transfers, shared by the whole process: a
+// handle keeps its connections open, so the next range or part to the same
+// server skips the TCP handshake (a round trip on a long link).
+HandlePool& UrlHandles() {
+  static HandlePool* pool = new HandlePool(4096, 256);  // never destroyed: used until exit
+  return *pool;
+}
+
+// `call` names the method (GET, PUT or POST), the URL (in `key`), extra
+// headers, the body (GatherList or text) and where a 2xx body goes.
+Status PlainTransfer(const Call& call, std::chrono::milliseconds timeout, Reply* reply) {
+  GlobalCurlInit();
+  CURL* h = UrlHandles().Acquire();
+  if (!h) return Internal("curl_easy_init failed");
+  curl_easy_reset(h);  // keeps the handle's open connections
+  const std::string& method = call.method;
+  const std::string& url = call.key;
+  const uint64_t body_size =
+      call.body ? call.body->size : (call.has_text_body ? call.text_body.size() : 0);
+  Transfer t{&call, reply};
+  char errbuf[CURL_ERROR_SIZE] = {0};
+  curl_slist* list = curl_slist_append(nullptr, "Expect:");
+  for (const auto& [k, v] : call.headers) list = curl_slist_append(list, (k + ": " + v).c_str());
+  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, list);
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
+  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 1L << 20);
+  curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 2L << 20);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, HeaderCallback);
+  curl_easy_setopt(h, CURLOPT_HEADERDATA, &t);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, WriteCallback);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
+  curl_easy_setopt(h, CURLOPT_READFUNCTION, ReadCallback);
+  curl_easy_setopt(h, CURLOPT_READDATA, &t);
+  curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, SeekCallback);
+  curl_easy_setopt(h, CURLOPT_SEEKDATA, &t);
+  if (method == "PUT") {
+    curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(body_size));
+  } else if (method == "POST") {
+    curl_easy_setopt(h, CURLOPT_POST, 1L);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body_size));
+  } else if (method != "GET") {
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method.c_str());
+  }
+  CURLcode rc = curl_easy_perform(h);
+  curl_slist_free_all(list);
+  UrlHandles().Release(h);
+  if (!t.sink_error.ok()) return t.sink_error;
+  if (rc != CURLE_OK) return CurlStatus(rc, errbuf, call);
+  if (reply->status >= 300) {
+    std::string code =
+        s3::XmlText(reply->text, "Code").value_or("HttpError" + std::to_string(reply->status));
+    std::string message =
+        s3::XmlText(reply->text, "Message").value_or("HTTP " + std::to_string(reply->status));
+    s3::S3ErrorKind kind = s3::LookupS3Error(code, reply->status);
+    return Status(kind.status_code, code + ": " + message + " (" + method +
+                                        " presigned URL, HTTP " + std::to_string(reply->status) +
+                                        ")");
+  }
+  if (call.allocate_body && t.to_text) {
+    reply->body = Buffer::CopyFrom(reply->text);
+  } else if (call.allocate_body && reply->received != reply->body.size()) {
+    return Unavailable("response body ended early");
+  } else if (call.dest && reply->received != call.dest_capacity) {
+    return Unavailable("response body ended early");
+  }
+  return Status::OK();
+}
+// Sleeps before retry `attempt` (0-based): base * 2^attempt, jittered into
+// [half, full].
+void SleepBeforeRetry(std::chrono::milliseconds base, int attempt) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  const int64_t ms = base.count() << std::min(attempt, 10);
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(ms / 2 + static_cast<int64_t>(rng() % (ms / 2 + 1))));
+}
+
+// Runs fn(i, failed) for every i in [0, n) on up to `threads` threads. After
+// the first failure no new item starts (`failed` also tells running ones to
+// stop retrying); returns that first failure.
+Status ParallelForEach(uint64_t n, int threads,
+                       const std::function<Status(uint64_t, const std::atomic<bool>&)>& fn) {
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex err_mu;
+  Status first_error;
+  std::vector<std::thread> workers;
+  const int n_workers = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(threads), n));
+  for (int w = 0; w < n_workers; ++w) {
+    workers.emplace_back([&] {
+      while (!failed.load()) {
+        const uint64_t i = next.fetch_add(1);
+        if (i >= n) break;
+        Status st = fn(i, failed);
+        if (!st.ok()) {
+          std::lock_guard<std::mutex> lock(err_mu);
+          if (first_error.ok()) first_error = st;
+          failed = true;
+        }
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  return first_error;
+}
+}  // namespace
+
+Result<Buffer> HttpGetUrl(const std::string& url, std::chrono::milliseconds timeout) {
+  Call c;
+  c.method = "GET";
+  c.key = url;
+  c.allocate_body = true;
+  Reply r;
+  XSILO_RETURN_IF_ERROR(PlainTransfer(c, timeout, &r));
+  return std::move(r.body);
+}
+
+Status HttpPutUrl(const std::string& url, const GatherList& body,
+                  std::chrono::milliseconds timeout) {
+  XSILO_RETURN_IF_ERROR(ValidateGather(body));
+  Call c;
+  c.method = "PUT";
+  c.key = url;
+  c.body = &body;
+  Reply r;
+  return PlainTransfer(c, timeout, &r);
+}
+
+Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
+  if (args.url.empty()) return InvalidArgument("HttpGetUrlRanges: empty URL");
+  if (args.connections < 1 || args.connections > 256) {
+    return InvalidArgument("HttpGetUrlRanges: connections must be in [1, 256]");
+  }
+  UrlDownloadResult out;
+  XSILO_ASSIGN_OR_RETURN(out.data, Buffer::Allocate(args.size));
+  if (args.size == 0) {
+    XSILO_ASSIGN_OR_RETURN(Buffer whole, HttpGetUrl(args.url, args.timeout));
+    if (whole.size() != 0) return Corrupt("object is not empty as announced");
+    return out;
+  }
+  const uint64_t size = args.size;
+  uint64_t range = (size + args.connections - 1) / args.connections;
+  range = std::clamp<uint64_t>(range, 1ull << 20, 64ull << 20);
+  const uint64_t n_ranges = (size + range - 1) / range;
+  out.ranges = n_ranges;
+  std::atomic<uint64_t> retries{0};
+  uint8_t* base = out.data.mutable_data();
+  auto fetch_range = [&](uint64_t i, const std::atomic<bool>& failed) -> Status {
+    const uint64_t start = i * range, len = std::min(range, size - start);
+    uint64_t done = 0;
+    for (int attempt = 0;; ++attempt) {
+      Call c;
+      c.method = "GET";
+      c.key = args.url;
+      c.headers.emplace_back(
+          "Range", "bytes=" + std::to_string(start + done) + "-" + std::to_string(start + len - 1));
+      c.dest = base + start + done;
+      c.dest_capacity = len - done;
+      c.expect_status = 206;
+      Reply r;
+      Status st = PlainTransfer(c, args.timeout, &r);
+      if (r.status >= 200 && r.status < 300) done += r.received;  // resume after what arrived
+      if (st.ok() && done == len) return Status::OK();
+      if (st.ok()) st = Unavailable("range ended early at byte " + std::to_string(start + done));
+      bool retryable = r.status == 0 || r.status >= 500 || (r.status >= 200 && r.status < 300);
+      if (!retryable || attempt >= args.max_range_retries || failed.load()) {
+        return st.WithContext("range " + std::to_string(start) + "+" + std::to_string(len) +
+                              " after " + std::to_string(attempt) + " retries");
+      }
+      retries.fetch_add(1);
+      SleepBeforeRetry(args.retry_base_delay, attempt);
+    }
+  };
+  Status st = ParallelForEach(n_ranges, args.connections, fetch_range);
+  out.range_retries = retries.load();
+  if (!st.ok()) return st;
+  return out;
+}
+
+Result<uint64_t> HttpPutUrlParts(const UrlUploadArgs& args) {
+  if (args.part_urls.empty()) return InvalidArgument("HttpPutUrlParts: no part URLs");
+  if (args.complete_url.empty()) return InvalidArgument("HttpPutUrlParts: no completion URL");
+  if (args.connections < 1 || args.connections > 256) {
+    return InvalidArgument("HttpPutUrlParts: connections must be in [1, 256]");
+  }
+  XSILO_RETURN_IF_ERROR(ValidateGather(args.body));
+  const uint64_t size = args.body.size;
+  const uint64_t wanted = size / std::max<uint64_t>(args.min_part_bytes, 1);
+  const uint64_t most = std::clamp<uint64_t>(wanted, 1, args.part_urls.size());
+  const uint64_t part = std::max<uint64_t>((size + most - 1) / most, 1);
+  const uint64_t n_parts = size == 0 ? 1 : (size + part - 1) / part;
+  std::vector<std::string> etags(n_parts);
+  auto put_part = [&](uint64_t i, const std::atomic<bool>& failed) -> Status {
+    const uint64_t off = i * part;
+    GatherList slice = SliceGather(args.body, off, std::min(part, size - off));
+    for (int attempt = 0;; ++attempt) {
+      Call c;
+      c.method = "PUT";
+      c.key = args.part_urls[i];
+      c.body = &slice;
+      Reply r;
+      Status st = PlainTransfer(c, args.timeout, &r);
+      if (st.ok()) {
+        const std::string* etag = r.Header("etag");
+        if (etag && !etag->empty()) {
+          etags[i] = *etag;
+          return Status::OK();
+        }
+        st = Internal("the server returned no ETag");
+      }
+      bool retryable = r.status == 0 || r.status >= 500;
+      if (!retryable || attempt >= args.max_part_retries || failed.load()) {
+        return st.WithContext("part " + std::to_string(i + 1) + " after " +
+                              std::to_string(attempt) + " retries");
+      }
+      SleepBeforeRetry(args.retry_base_delay, attempt);
+    }
+  };
+  XSILO_RETURN_IF_ERROR(ParallelForEach(n_parts, args.connections, put_part));
+
+  Call done;
+  done.method = "POST";
+  done.key = args.complete_url;
+  done.has_text_body = true;
+  done.text_body = CompleteMultipartXml(etags);
+  done.headers.emplace_back("Content-Type", "application/xml");
+  Reply r;
+  XSILO_RETURN_IF_ERROR(PlainTransfer(done, args.timeout, &r).WithContext("completing the upload"));
+  if (r.text.find("<Error>") != std::string::npos) {  // S3 may fail inside a 200
+    return Unavailable("completing the upload: " + r.text.substr(0, 512));
+  }
+  return n_parts;
+}
+
+}  // namespace xsilo
