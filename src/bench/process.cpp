@@ -30,14 +30,25 @@ bool ResetPeakRss(const std::string& pid) {
   return static_cast<bool>(out);
 }
 
+namespace {
+
+void AddChildren(const std::string& pid, std::vector<pid_t>* out) {
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + pid + "/task", ec)) {
+    std::ifstream in(task.path() / "children");
+    pid_t child;
+    while (in >> child) {
+      out->push_back(child);
+      AddChildren(std::to_string(child), out);
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<pid_t> ChildPids() {
   std::vector<pid_t> out;
-  std::error_code ec;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
-    std::ifstream in(task.path() / "children");
-    pid_t pid;
-    while (in >> pid) out.push_back(pid);
-  }
+  AddChildren("self", &out);
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;

@@ -4,11 +4,14 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -19,20 +22,20 @@ namespace xsilo {
 
 namespace {
 
-// Runs in the forked child: serve until the parent closes the control pipe
-// (or dies). Never returns.
-[[noreturn]] void ServeInChild(int ready_fd, int control_fd, const std::string& host, int port,
-                               const std::string& access, const std::string& secret,
-                               const std::string& directory) {
-  // Dies with the parent. (The signal follows the forking *thread*: create
-  // the transport on a thread that lives as long as it.)
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  // Keep none of the parent's descriptors (listening sockets, files): only
-  // the two pipe ends.
-  int lo = std::min(ready_fd, control_fd), hi = std::max(ready_fd, control_fd);
+// Closes every descriptor from 3 up except `a` and `b`.
+void CloseAllExcept(int a, int b) {
+  int lo = std::min(a, b), hi = std::max(a, b);
   if (lo > 3) ::close_range(3, lo - 1, 0);
   if (hi > lo + 1) ::close_range(lo + 1, hi - 1, 0);
   ::close_range(hi + 1, ~0U, 0);
+}
+
+// Runs in the server process: serve until the control pipe closes (the
+// party is done, or died). Never returns.
+[[noreturn]] void Serve(int ready_fd, int control_fd, const std::string& host, int port,
+                        const std::string& access, const std::string& secret,
+                        const std::string& directory) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);  // dies with its supervisor
   S3ServerOptions o;
   o.host = host;
   o.port = port;
@@ -42,6 +45,9 @@ namespace {
   o.directory = directory;
   auto server = S3Server::Start(o);
   int32_t bound = server.ok() ? (*server)->port() : -1;
+  if (!server.ok()) {
+    std::fprintf(stderr, "xsilo embedded S3 server: %s\n", server.status().ToString().c_str());
+  }
   (void)!::write(ready_fd, &bound, sizeof(bound));
   ::close(ready_fd);
   if (server.ok()) {
@@ -51,6 +57,82 @@ namespace {
     server->reset();
   }
   _exit(server.ok() ? 0 : 1);
+}
+
+// Forks a server process; its bound port (or -1) comes back on *bound.
+pid_t SpawnServer(int control_fd, const std::string& host, int port, const std::string& access,
+                  const std::string& secret, const std::string& directory, int32_t* bound) {
+  *bound = -1;
+  int ready[2];
+  if (::pipe2(ready, O_CLOEXEC) != 0) return -1;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    CloseAllExcept(ready[1], control_fd);
+    Serve(ready[1], control_fd, host, port, access, secret, directory);
+  }
+  ::close(ready[1]);
+  if (pid > 0) {
+    pollfd p{ready[0], POLLIN, 0};
+    if (::poll(&p, 1, 30000) != 1 || ::read(ready[0], bound, sizeof(*bound)) != sizeof(*bound)) {
+      *bound = -1;
+    }
+  }
+  ::close(ready[0]);
+  return pid;
+}
+
+// Runs in the forked child, single-threaded: supervises the server process
+// and, should it die (killed, crashed), starts another on the same
+// directory, port and credentials, so the URLs the party handed out stay
+// valid and no stored object is lost. Exits when the control pipe closes.
+[[noreturn]] void SuperviseInChild(int ready_fd, int control_fd, const std::string& host, int port,
+                                   const std::string& access, const std::string& secret,
+                                   const std::string& directory) {
+  // Dies with the party. (The signal follows the forking *thread*: create
+  // the transport on a thread that lives as long as it.)
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // Keep none of the party's descriptors (listening sockets, files): only
+  // the two pipe ends.
+  CloseAllExcept(ready_fd, control_fd);
+  int32_t bound = -1;
+  pid_t server = SpawnServer(control_fd, host, port, access, secret, directory, &bound);
+  (void)!::write(ready_fd, &bound, sizeof(bound));
+  ::close(ready_fd);
+  if (server <= 0 || bound <= 0) _exit(1);
+  std::chrono::milliseconds backoff{50};
+  for (;;) {
+    // Wait for the control pipe to close or the server to exit.
+    int server_fd = static_cast<int>(::syscall(SYS_pidfd_open, server, 0));
+    pollfd p[2] = {{control_fd, POLLIN, 0}, {server_fd, POLLIN, 0}};
+    int n = ::poll(p, server_fd >= 0 ? 2 : 1, server_fd >= 0 ? -1 : 100);
+    if (server_fd >= 0) ::close(server_fd);
+    if (n < 0 && errno != EINTR) break;
+    if (p[0].revents != 0) break;  // the party closed the pipe: stop
+    int wstatus = 0;
+    if (::waitpid(server, &wstatus, WNOHANG) != server) continue;
+    std::fprintf(stderr,
+                 "xsilo embedded S3 server (pid %d) %s %d; restarting it on the same "
+                 "directory and port %d\n",
+                 static_cast<int>(server), WIFSIGNALED(wstatus) ? "was killed by signal" : "exited",
+                 WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : WEXITSTATUS(wstatus), bound);
+    // Until the port is free again (connections of the dead server may
+    // linger) or the party stops, with backoff.
+    for (;;) {
+      int32_t again = -1;
+      server = SpawnServer(control_fd, host, bound, access, secret, directory, &again);
+      if (server > 0 && again == bound) break;
+      if (server > 0) ::waitpid(server, nullptr, 0);
+      pollfd c{control_fd, POLLIN, 0};
+      if (::poll(&c, 1, static_cast<int>(backoff.count())) != 0) _exit(0);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+    }
+    backoff = std::chrono::milliseconds(50);
+  }
+  // Stopping: the server saw the pipe close too; give it a moment to finish.
+  for (int i = 0; i < 200 && ::waitpid(server, nullptr, WNOHANG) == 0; ++i) ::usleep(10000);
+  ::kill(server, SIGKILL);
+  ::waitpid(server, nullptr, 0);
+  _exit(0);
 }
 
 constexpr const char* kDirPrefix = "xsilo-s3-";
@@ -114,7 +196,7 @@ Result<std::shared_ptr<EmbeddedS3>> EmbeddedS3::Start(const std::string& bind_ho
   if (pid == 0) {
     ::close(ready[0]);
     ::close(control[1]);
-    ServeInChild(ready[1], control[0], bind_host, port, access, secret, *dir);
+    SuperviseInChild(ready[1], control[0], bind_host, port, access, secret, *dir);
   }
   ::close(ready[1]);
   ::close(control[0]);

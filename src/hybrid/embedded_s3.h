@@ -1,5 +1,8 @@
 // The embedded S3-compatible server that a hybrid "+s3" server party runs
-// by default, in a child process of its own. Its objects are files in a
+// by default, in a process of its own under a supervisor child: should the
+// server die, the supervisor starts another on the same directory, port
+// and credentials (an upload in progress then is lost; stored objects are
+// not). Its objects are files in a
 // private tmpfs directory (/dev/shm, else the temp directory): the parent
 // stores its own uploads there directly (s3::PutObjectInDirectory), with no
 // HTTP and no copy through a socket, and the bytes are charged to neither
@@ -17,23 +20,26 @@ namespace xsilo {
 
 class EmbeddedS3 {
  public:
-  // Forks a child serving S3 (objects in directory()) on bind_host:port (0 =
+  // Forks a supervisor child that runs a server process serving S3 (objects
+  // in directory()) on bind_host:port (0 =
   // ephemeral) with fresh random credentials and the bucket "xsilo". The
   // endpoint names `advertise_host`, the address other parties reach.
   static Result<std::shared_ptr<EmbeddedS3>> Start(const std::string& bind_host, int port,
                                                    const std::string& advertise_host);
-  ~EmbeddedS3();  // stops the child and waits for it
+  ~EmbeddedS3();  // stops the supervisor and the server, and waits for them
 
   const std::string& endpoint() const { return endpoint_; }
   const std::string& access_key() const { return access_key_; }
   const std::string& secret_key() const { return secret_key_; }
   const std::string& directory() const { return directory_; }
+  // The supervisor process (the server is its only child).
+  pid_t supervisor_pid() const { return pid_; }
   static constexpr const char* kBucket = "xsilo";
 
  private:
   EmbeddedS3() = default;
   pid_t pid_ = -1;
-  int control_fd_ = -1;  // the child exits when this closes
+  int control_fd_ = -1;  // the supervisor and the server exit when this closes
   std::string endpoint_, access_key_, secret_key_, directory_;
 };
 

@@ -19,13 +19,15 @@ uint64_t StatusBytes(const std::string& pid, const char* key);
 // when the kernel refused (no /proc/<pid>/clear_refs access).
 bool ResetPeakRss(const std::string& pid = "self");
 
-// This process's direct children, from every thread's /proc children list.
+// This process's descendants (children, their children, ...), from every
+// thread's /proc children list: a helper such as the embedded S3 server
+// runs as a grandchild, under its supervisor.
 std::vector<pid_t> ChildPids();
 
-// ResetPeakRss of every child.
+// ResetPeakRss of every descendant.
 void ResetChildrenPeakRss();
 
-// The peak resident sets (VmHWM) of our children not in `skip`, summed.
+// The peak resident sets (VmHWM) of our descendants not in `skip`, summed.
 uint64_t ChildrenPeakRss(const std::set<pid_t>& skip = {});
 
 // A TCP port on 127.0.0.1 that was free a moment ago; 0 when none.
