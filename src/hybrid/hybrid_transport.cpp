@@ -87,6 +87,7 @@ class HybridTransport final : public Transport {
   ~HybridTransport() override { Stop(); }
 
   std::string_view name() const override { return name_; }
+  const std::shared_ptr<Connector>& connector() const { return connector_; }
 
   Status Start() override {
     {
@@ -600,6 +601,11 @@ class HybridTransport final : public Transport {
 };
 
 }  // namespace
+
+std::shared_ptr<Connector> HybridConnectorOf(const Transport& transport) {
+  const auto* hybrid = dynamic_cast<const HybridTransport*>(&transport);
+  return hybrid == nullptr ? nullptr : hybrid->connector();
+}
 
 std::unique_ptr<Transport> MakeHybridTransport(const TransportOptions& options,
                                                std::unique_ptr<Transport> inner,

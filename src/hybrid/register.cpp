@@ -74,9 +74,9 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
   const bool embedded = connector_type == "s3" &&
                         (store.options.count("embedded") ? store.options["embedded"] == "1"
                                                          : store.options.count("endpoint") == 0);
-  std::string bind, advertise;
+  std::string bind, advertise, advertise_endpoint;
   int64_t port = 0;
-  for (const char* k : {"embedded", "embedded_bind", "embedded_port"}) {
+  for (const char* k : {"embedded", "embedded_bind", "embedded_port", "embedded_advertise"}) {
     auto it = store.options.find(k);
     if (it == store.options.end()) continue;
     if (std::string(k) == "embedded") {
@@ -84,6 +84,18 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
         return InvalidArgument("store.embedded must be 0 or 1");
     } else if (std::string(k) == "embedded_bind") {
       bind = it->second;
+    } else if (std::string(k) == "embedded_advertise") {
+      // "host:port" the other parties reach the server at (a port forward,
+      // NAT, a proxy); URLs are presigned for it.
+      const std::string& a = it->second;
+      const auto colon = a.rfind(':');
+      Result<int64_t> p = colon == std::string::npos || colon == 0
+                              ? Result<int64_t>(InvalidArgument("no port"))
+                              : ParseInt(k, a.substr(colon + 1), 1);
+      if (!p.ok() || *p > 65535) {
+        return InvalidArgument("store.embedded_advertise='" + a + "' must be host:port");
+      }
+      advertise_endpoint = "http://" + a;
     } else {
       XSILO_ASSIGN_OR_RETURN(port, ParseInt("store.embedded_port", it->second, 0));
       if (port > 65535) return InvalidArgument("store.embedded_port must be in [0, 65535]");
@@ -107,7 +119,8 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
       // as few threads as it will ever have.
       XSILO_ASSIGN_OR_RETURN(std::shared_ptr<EmbeddedS3> server,
                              EmbeddedS3::Start(bind, static_cast<int>(port), advertise));
-      store.options["endpoint"] = server->endpoint();
+      store.options["endpoint"] =
+          advertise_endpoint.empty() ? server->endpoint() : advertise_endpoint;
       store.options["access_key"] = server->access_key();
       store.options["secret_key"] = server->secret_key();
       store.options["bucket"] = EmbeddedS3::kBucket;

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "transport/grpc/link.grpc.pb.h"
-#include "transport/grpc/tcp_proxy.h"
+#include "transport/tcp_proxy.h"
 #include "transport/test_util.h"
 #include "xsilo/core/codec.h"
 #include "xsilo/transport/registry.h"

@@ -1,8 +1,11 @@
 // A loopback TCP proxy for fault injection: forwards every connection to a
-// target port and can cut all of them once a byte budget has passed.
+// target port and can cut all of them once a byte budget has passed, or
+// hold them (stop forwarding, so senders stall mid-transfer) until told.
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -24,6 +27,13 @@ class TcpProxy {
   // cut (both directions shut down). One-shot; new connections then pass.
   void CutAfter(uint64_t bytes);
   int cuts() const { return cuts_.load(); }
+  // Once `bytes` more bytes went client -> target, stops forwarding on every
+  // connection (their senders stall with full buffers) until Release().
+  void HoldAfter(uint64_t bytes);
+  // Waits until the hold took effect; false on timeout.
+  bool WaitHeld(std::chrono::milliseconds timeout);
+  // Cuts the held connections and forwards again; new connections pass.
+  void Release();
   uint64_t forwarded() const { return forwarded_.load(); }
 
  private:
@@ -38,6 +48,10 @@ class TcpProxy {
   std::atomic<uint64_t> forwarded_{0};
   std::atomic<uint64_t> cut_at_{0};  // 0 = no cut armed
   std::atomic<int> cuts_{0};
+  std::atomic<uint64_t> hold_at_{0};  // 0 = no hold armed
+  std::mutex hold_mu_;
+  std::condition_variable hold_cv_;
+  bool held_ = false, released_ = false;  // guarded by hold_mu_
   std::mutex mu_;
   std::vector<int> fds_;
   std::vector<std::thread> threads_;

@@ -1,4 +1,4 @@
-#include "transport/grpc/tcp_proxy.h"
+#include "transport/tcp_proxy.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -27,7 +27,11 @@ TcpProxy::TcpProxy(int target_port) : target_port_(target_port) {
 }
 
 TcpProxy::~TcpProxy() {
-  stop_ = true;
+  {
+    std::lock_guard<std::mutex> lock(hold_mu_);
+    stop_ = true;
+  }
+  hold_cv_.notify_all();
   ::shutdown(listen_fd_, SHUT_RDWR);
   CutAll();
   acceptor_.join();
@@ -38,6 +42,26 @@ TcpProxy::~TcpProxy() {
 
 void TcpProxy::CutAfter(uint64_t bytes) {
   cut_at_ = forwarded_.load() + std::max<uint64_t>(bytes, 1);
+}
+
+void TcpProxy::HoldAfter(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(hold_mu_);
+  held_ = released_ = false;
+  hold_at_ = forwarded_.load() + std::max<uint64_t>(bytes, 1);
+}
+
+bool TcpProxy::WaitHeld(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(hold_mu_);
+  return hold_cv_.wait_for(lock, timeout, [&] { return held_; });
+}
+
+void TcpProxy::Release() {
+  {
+    std::lock_guard<std::mutex> lock(hold_mu_);
+    released_ = true;
+    hold_at_ = 0;
+  }
+  hold_cv_.notify_all();
 }
 
 void TcpProxy::CutAll() {
@@ -77,6 +101,17 @@ void TcpProxy::Pump(int from, int to, bool upstream) {
   for (;;) {
     ssize_t n = ::read(from, buf.data(), buf.size());
     if (n <= 0) break;
+    if (upstream && hold_at_.load() != 0) {
+      // Held: forward nothing more on this connection; once released, cut it.
+      std::unique_lock<std::mutex> lock(hold_mu_);
+      if (hold_at_.load() != 0 &&
+          (held_ || forwarded_.load() + static_cast<uint64_t>(n) >= hold_at_.load())) {
+        held_ = true;
+        hold_cv_.notify_all();
+        hold_cv_.wait(lock, [&] { return released_ || stop_.load(); });
+        break;
+      }
+    }
     if (upstream) {
       uint64_t total = forwarded_ += static_cast<uint64_t>(n);
       uint64_t at = cut_at_.load();
