@@ -121,10 +121,31 @@ struct Incoming {
   bool have_envelope = false;
   bool discard = false;  // drain into `target` and drop
   Buffer target;         // the frame, or a scratch chunk when discarding
-  std::vector<Chunk> chunks;
-  size_t next_chunk = 0;
+  // The data receives, generated one chunk at a time from the segment
+  // sizes (never planned up front: a size claim must not cost memory).
+  std::vector<uint64_t> segments;
+  uint64_t chunk_bytes = 0;
+  size_t segment = 0;         // the segment the next chunk is in
+  uint64_t segment_off = 0;   // the next chunk's offset in it
+  uint64_t frame_offset = 0;  // where that segment starts in the frame
   size_t max_in_flight = kMaxReceivesInFlight;
   std::vector<MPI_Request> in_flight;
+
+  bool more_chunks() {
+    while (segment < segments.size() && segment_off >= segments[segment]) {
+      frame_offset += segments[segment++];
+      segment_off = 0;
+    }
+    return segment < segments.size();
+  }
+  // The next data receive; call only when more_chunks().
+  Chunk NextChunk() {
+    const uint64_t len = std::min(chunk_bytes, segments[segment] - segment_off);
+    uint8_t* ptr =
+        discard ? target.mutable_data() : target.mutable_data() + frame_offset + segment_off;
+    segment_off += len;
+    return {ptr, static_cast<int>(len)};
+  }
 };
 
 struct MatchedEnvelope {
@@ -650,16 +671,9 @@ bool Engine::Impl::StartEnvelope(Link& link, int source, Incoming& in) {
     in.target = std::move(scratch).value();
     in.max_in_flight = 1;
   }
-  uint64_t offset = f.inline_len;
-  for (uint64_t n : sizes) {
-    for (uint64_t off = 0; off < n; off += f.chunk_bytes) {
-      const uint64_t len = std::min(f.chunk_bytes, n - off);
-      uint8_t* ptr =
-          in.discard ? in.target.mutable_data() : in.target.mutable_data() + offset + off;
-      in.chunks.push_back({ptr, static_cast<int>(len)});
-    }
-    offset += n;
-  }
+  in.segments = std::move(sizes);
+  in.chunk_bytes = f.chunk_bytes;
+  in.frame_offset = f.inline_len;
   return true;
 }
 
@@ -678,7 +692,7 @@ bool Engine::Impl::ProgressData(Link& link, int source, Incoming& in, bool* fini
       static auto* graveyard = new std::vector<Buffer>();
       graveyard->push_back(in.target);
       in.in_flight.clear();
-      in.next_chunk = in.chunks.size();
+      in.segment = in.segments.size();
       in.discard = true;
       *finished = true;
       return true;
@@ -687,8 +701,8 @@ bool Engine::Impl::ProgressData(Link& link, int source, Incoming& in, bool* fini
     in.in_flight.clear();
     work = true;
   }
-  while (in.in_flight.size() < in.max_in_flight && in.next_chunk < in.chunks.size()) {
-    const Chunk& c = in.chunks[in.next_chunk++];
+  while (in.in_flight.size() < in.max_in_flight && in.more_chunks()) {
+    const Chunk c = in.NextChunk();
     MPI_Request r;
     int rc = MPI_Irecv(c.ptr, c.len, MPI_BYTE, source, kTagData, s.comm, &r);
     if (rc != MPI_SUCCESS) {
@@ -698,7 +712,7 @@ bool Engine::Impl::ProgressData(Link& link, int source, Incoming& in, bool* fini
     in.in_flight.push_back(r);
     work = true;
   }
-  *finished = in.in_flight.empty() && in.next_chunk == in.chunks.size();
+  *finished = in.in_flight.empty() && !in.more_chunks();
   return work;
 }
 
