@@ -11,7 +11,9 @@
 // presigned PUT URL) unless the receiver already holds enough. A receiver
 // without storage access spends one on its next big send back to that
 // party; the granting party evicts the object as soon as it has fetched it.
+#include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <future>
 #include <iostream>
@@ -20,6 +22,7 @@
 #include <optional>
 #include <thread>
 
+#include "hybrid/auto_router.h"
 #include "xsilo/core/codec.h"
 #include "xsilo/hybrid/hybrid.h"
 #include "xsilo/s3/client.h"
@@ -65,6 +68,28 @@ struct Issued {
 };
 
 constexpr const char* kGrantType = "xsilo.hybrid.grant";
+// The adaptive backend's echoes: param "t" is the pinger's clock, ns.
+constexpr const char* kPingType = "xsilo.auto.ping";
+constexpr const char* kPongType = "xsilo.auto.pong";
+// What a receiver reports in its ack of a store transfer it fetched over
+// the network: bytes, microseconds, parallel connections.
+constexpr const char* kAckFetchBytes = "fetch_bytes";
+constexpr const char* kAckFetchUs = "fetch_us";
+constexpr const char* kAckFetchStreams = "fetch_streams";
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+// XSILO_DEBUG set (non-empty, not "0"): the adaptive backend logs its choices.
+bool DebugLog() {
+  static const bool on = [] {
+    const char* v = std::getenv("XSILO_DEBUG");
+    return v != nullptr && *v != 0 && std::string(v) != "0";
+  }();
+  return on;
+}
 constexpr size_t kGrantsPerPeer = 2;
 // Fetches of one object before its message is refused when every fetch
 // fails the checksum. (Transient failures are retried inside the fetch:
@@ -81,13 +106,15 @@ class HybridTransport final : public Transport {
         inner_(std::move(inner)),
         connector_(std::move(connector)),
         hybrid_(hybrid),
-        name_(std::string(inner_->name()) + "+" +
-              (connector_ ? std::string(connector_->type()) : connector_type)) {}
+        name_((hybrid.adaptive ? std::string("auto") : std::string(inner_->name())) + "+" +
+              (connector_ ? std::string(connector_->type()) : connector_type)),
+        router_(hybrid.adaptive ? std::make_unique<AutoRouter>() : nullptr) {}
 
   ~HybridTransport() override { Stop(); }
 
   std::string_view name() const override { return name_; }
   const std::shared_ptr<Connector>& connector() const { return connector_; }
+  AutoRouter* router() const { return router_.get(); }
 
   Status Start() override {
     {
@@ -100,7 +127,16 @@ class HybridTransport final : public Transport {
     }
     fetcher_ = std::thread([this] { FetchLoop(); });
     reaper_ = std::thread([this] { ReapLoop(); });
-    return inner_->Start();
+    XSILO_RETURN_IF_ERROR(inner_->Start());
+    if (router_) {
+      // Rank 0 talks to every client, a client to rank 0.
+      std::vector<int32_t> peers;
+      for (int32_t r = 0; r < world_size(); ++r) {
+        if (r != rank() && (rank() == 0 || r == 0)) peers.push_back(r);
+      }
+      MaybePing(peers);
+    }
+    return Status::OK();
   }
 
   void Stop() override {
@@ -200,7 +236,8 @@ class HybridTransport final : public Transport {
       } else if (job.broadcast) {
         inner_->BroadcastAsync(job.peers, std::move(stub).value(), std::move(job.done));
       } else {
-        inner_->SendAsync(job.peers[0], std::move(stub).value(), std::move(job.done));
+        SendCallback done = TimeInlineSend(job.peers[0], *stub, std::move(job.done));
+        inner_->SendAsync(job.peers[0], std::move(stub).value(), std::move(done));
       }
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -215,9 +252,11 @@ class HybridTransport final : public Transport {
   Result<Message> Offload(Message m, const std::vector<int32_t>& peers) {
     const size_t receivers = peers.size();
     if (!connector_ && receivers != 1) return m;  // no storage access: inline
+    uint64_t threshold = hybrid_.threshold_bytes;
+    if (router_) threshold = AdaptiveThreshold(m, peers);
     TensorMap big;
     for (auto it = m.tensors.begin(); it != m.tensors.end();) {
-      if (it->second.nbytes() > 0 && it->second.nbytes() >= hybrid_.threshold_bytes) {
+      if (it->second.nbytes() > 0 && it->second.nbytes() >= threshold) {
         big.insert(m.tensors.extract(it++));
       } else {
         ++it;
@@ -277,6 +316,56 @@ class HybridTransport final : public Transport {
     return m;
   }
 
+  // Adaptive: the whole payload goes inline (UINT64_MAX) or to the store (1)
+  // as the router picks from the receivers' links.
+  uint64_t AdaptiveThreshold(const Message& m, const std::vector<int32_t>& peers) {
+    MaybePing(peers);
+    const uint64_t bytes = m.payload_bytes();
+    if (bytes == 0) return UINT64_MAX;
+    bool store = connector_ != nullptr;
+    if (!store) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = grants_.find(peers[0]);
+      store = it != grants_.end() && !it->second.empty();
+    }
+    AutoChoice c = router_->Choose(peers, bytes, store);
+    if (DebugLog()) {
+      std::cerr << "xsilo " << name_ << " rank " << rank() << " -> "
+                << (peers.size() == 1 ? "rank " + std::to_string(peers[0])
+                                      : std::to_string(peers.size()) + " ranks")
+                << ": " << c.reason << "\n";
+    }
+    return c.path == AutoPath::kStore ? 1 : UINT64_MAX;
+  }
+
+  // Echoes to the peers whose link is to be measured (again).
+  void MaybePing(const std::vector<int32_t>& peers) {
+    const auto now = Clock::now();
+    for (int32_t p : peers) {
+      if (!router_->WantsPing(p, now)) continue;
+      router_->PingSent(p, now);
+      Message ping;
+      ping.type = kPingType;
+      ping.params["t"] = NowNs();
+      inner_->SendAsync(p, std::move(ping), [](const Status&) {});
+    }
+  }
+
+  // Adaptive: a send handed to the inner transport inline reports its time
+  // (to the peer's delivery confirmation) as a one-stream transfer.
+  SendCallback TimeInlineSend(int32_t peer, const Message& stub, SendCallback done) {
+    if (!router_ || stub.params.count(kHybridKeyParam)) return done;
+    const uint64_t bytes = stub.payload_bytes();
+    const auto start = Clock::now();
+    return [this, peer, bytes, start, done = std::move(done)](const Status& s) {
+      if (s.ok()) {
+        router_->OnTransfer(peer, bytes,
+                            std::chrono::duration<double>(Clock::now() - start).count(), 1);
+      }
+      done(s);
+    };
+  }
+
   // A party without storage access: upload through a grant from `peer`, or
   // put the tensors back inline when it holds none (or the upload fails).
   Message OffloadThroughGrant(Message m, TensorMap big, int32_t peer) {
@@ -292,6 +381,7 @@ class HybridTransport final : public Transport {
     if (grant) {
       EncodedPayload payload = EncodeSafetensors(big);
       Status put;
+      const auto start = Clock::now();
       if (grant->part_urls.empty()) {
         put = HttpPutUrl(grant->url, payload.bytes);
       } else {
@@ -301,6 +391,11 @@ class HybridTransport final : public Transport {
         up.body = payload.bytes;
         up.connections = hybrid_.url_connections;
         put = HttpPutUrlParts(up).status();
+      }
+      if (put.ok() && router_) {
+        router_->OnTransfer(peer, payload.bytes.size,
+                            std::chrono::duration<double>(Clock::now() - start).count(),
+                            grant->part_urls.empty() ? 1 : hybrid_.url_connections);
       }
       if (put.ok()) {
         Key key = grant->key;
@@ -408,6 +503,13 @@ class HybridTransport final : public Transport {
   void OnAck(const Message& m) {
     auto id = m.GetString("id");
     if (!id.ok()) return;
+    auto bytes = m.GetInt(kAckFetchBytes);
+    auto us = m.GetInt(kAckFetchUs);
+    auto streams = m.GetInt(kAckFetchStreams);
+    if (router_ && bytes.ok() && us.ok() && streams.ok() && *bytes > 0 && *us > 0) {
+      router_->OnTransfer(m.sender, static_cast<uint64_t>(*bytes), static_cast<double>(*us) * 1e-6,
+                          static_cast<int>(std::clamp<int64_t>(*streams, 1, 1024)));
+    }
     std::shared_ptr<Object> done;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -446,12 +548,25 @@ class HybridTransport final : public Transport {
         OnAck(m);
         continue;
       }
+      if (m.type == kPingType) {
+        Message pong;
+        pong.type = kPongType;
+        pong.params = m.params;
+        inner_->SendAsync(m.sender, std::move(pong), [](const Status&) {});
+        continue;
+      }
+      if (m.type == kPongType) {
+        auto t = m.GetInt("t");
+        if (router_ && t.ok()) router_->OnRtt(m.sender, static_cast<double>(NowNs() - *t) * 1e-9);
+        continue;
+      }
       if (m.type == kGrantType) {
         if (!connector_) OnGrant(m);
         continue;
       }
       std::string key_id;
-      Status s = Restore(&m, &key_id);
+      FetchReport fetched;
+      Status s = Restore(&m, &key_id, &fetched);
       if (!key_id.empty() && connector_) {
         // An upload through one of our grants: the object was for us alone.
         Issued granted;
@@ -477,13 +592,25 @@ class HybridTransport final : public Transport {
         Message ack;
         ack.type = kHybridAckType;
         ack.params["id"] = key_id;
+        if (fetched.bytes > 0) {
+          ack.params[kAckFetchBytes] = static_cast<int64_t>(fetched.bytes);
+          ack.params[kAckFetchUs] = fetched.micros;
+          ack.params[kAckFetchStreams] = static_cast<int64_t>(fetched.streams);
+        }
         inner_->SendAsync(sender, std::move(ack), [](const Status&) {});
       }
     }
   }
 
+  // A network fetch by URL, for the sender's link estimate.
+  struct FetchReport {
+    uint64_t bytes = 0;
+    int64_t micros = 0;
+    int streams = 0;
+  };
+
   // Fetches the offloaded tensors of a stub back into it.
-  Status Restore(Message* m, std::string* key_id) {
+  Status Restore(Message* m, std::string* key_id, FetchReport* report = nullptr) {
     auto key_param = m->params.find(kHybridKeyParam);
     if (key_param == m->params.end()) return Status::OK();
     auto key_json = m->GetString(kHybridKeyParam);
@@ -503,7 +630,14 @@ class HybridTransport final : public Transport {
     // refused, never delivered.
     Result<Buffer> object = Internal("not fetched yet");
     for (int attempt = 1;; ++attempt) {
+      const auto start = Clock::now();
       object = Fetch(*m, key);
+      if (object.ok() && report && !connector_) {
+        report->bytes = object->size();
+        report->micros =
+            std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
+        report->streams = hybrid_.url_connections;
+      }
       if (object.ok() && static_cast<int64_t>(Checksum(object->span())) != *sum) {
         object = Corrupt("object " + key.id + " failed its checksum");
       }
@@ -598,9 +732,15 @@ class HybridTransport final : public Transport {
   std::map<int32_t, size_t> issued_per_peer_;
   std::vector<std::thread> workers_;
   std::thread fetcher_, reaper_;
+  const std::unique_ptr<AutoRouter> router_;  // adaptive only
 };
 
 }  // namespace
+
+std::string AutoLastChoice(const Transport& transport) {
+  const auto* hybrid = dynamic_cast<const HybridTransport*>(&transport);
+  return hybrid == nullptr || hybrid->router() == nullptr ? "" : hybrid->router()->last_reason();
+}
 
 std::shared_ptr<Connector> HybridConnectorOf(const Transport& transport) {
   const auto* hybrid = dynamic_cast<const HybridTransport*>(&transport);

@@ -135,8 +135,15 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
     XSILO_ASSIGN_OR_RETURN(std::unique_ptr<Connector> c, MakeConnector(store));
     connector = std::move(c);
   }
-  XSILO_ASSIGN_OR_RETURN(std::unique_ptr<Transport> inner,
-                         TransportRegistry::Global().Create(base, inner_options));
+  // "auto+<connector>": grpc underneath, the path chosen per message.
+  hybrid.adaptive = base == "auto";
+  if (hybrid.adaptive && options.backend.count("threshold")) {
+    return InvalidArgument("auto+" + connector_type +
+                           " chooses inline or the store per message; 'threshold' does not apply");
+  }
+  XSILO_ASSIGN_OR_RETURN(
+      std::unique_ptr<Transport> inner,
+      TransportRegistry::Global().Create(hybrid.adaptive ? "grpc" : base, inner_options));
   return MakeHybridTransport(options, std::move(inner), std::move(connector), hybrid,
                              connector_type, std::move(keepalive));
 }

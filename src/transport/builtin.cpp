@@ -5,6 +5,14 @@ namespace xsilo {
 void RegisterBuiltinTransports(TransportRegistry& registry) {
   (void)registry.Register(InprocTransportFactory());
   (void)registry.Register(GrpcTransportFactory());
+  // "auto" alone is grpc; "auto+<connector>" (src/hybrid) chooses per
+  // message between grpc and the connector by the measured link.
+  TransportFactory automatic = GrpcTransportFactory();
+  automatic.name = "auto";
+  automatic.description =
+      "grpc; as auto+<connector> (auto+s3) each message goes inline or through the connector, "
+      "as the measured link to its receivers says (docs/auto.md)";
+  (void)registry.Register(std::move(automatic));
   (void)registry.Register(MpiGenericTransportFactory());
   (void)registry.Register(MpiBufferTransportFactory());
 #ifdef XSILO_HAVE_TENSORPIPE

@@ -39,6 +39,11 @@ XSILO_TRANSPORT_CONFORMANCE(GrpcS3Embedded, {.backend = "grpc+s3",
                                              .network = true,
                                              .label = "grpc_s3_embedded"});
 
+// auto+s3: grpc and the embedded object server, the path chosen per message
+// by the measured link (on loopback: inline once a round trip is known; the
+// store by the 10 MiB default before).
+XSILO_TRANSPORT_CONFORMANCE(AutoS3, {.backend = "auto+s3", .network = true, .label = "auto_s3"});
+
 // s3rver as the external S3 endpoint: every party uploads and downloads
 // through it with explicit keys. The parameters are built when gtest
 // registers the tests (also when it only lists them), so they carry an

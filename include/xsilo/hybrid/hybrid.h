@@ -49,6 +49,12 @@ struct HybridOptions {
   // next big send to that party through the grant instead of sending it inline. Default 0; on
   // whenever the embedded object server is used.
   bool grant_uploads = false;
+  // The backend "auto+<connector>" (docs/auto.md): instead of
+  // threshold_bytes, each message goes inline or through the connector as
+  // ChooseAutoPath picks from the measured link to its receivers (echo
+  // round trips at start and when the link changes, the time of inline
+  // sends, store transfers reported back by receivers). Default false.
+  bool adaptive = false;
 };
 
 // Wraps `inner` (not yet started) and `connector`. A null connector makes a
@@ -68,6 +74,11 @@ std::unique_ptr<Transport> MakeHybridTransport(const TransportOptions& options,
 // a transport that is not hybrid. For tools and tests that inspect the
 // store.
 std::shared_ptr<Connector> HybridConnectorOf(const Transport& transport);
+
+// For an adaptive ("auto+<connector>") transport: the reason of its last
+// choice of path ("store: 1 GiB, predicted ..."); "" otherwise or before
+// the first.
+std::string AutoLastChoice(const Transport& transport);
 
 // Installs the "<transport>+<connector>" composite factory in the global
 // transport registry. Called automatically when the hybrid library is

@@ -39,6 +39,9 @@ struct LinkEstimatorOptions {
   std::chrono::milliseconds max_age = std::chrono::minutes(10);
 };
 
+// RemeasureReason when only the parallel probe is missing.
+extern const char* const kNoParallelProbe;
+
 class LinkEstimator {
  public:
   using Clock = std::chrono::steady_clock;
@@ -57,9 +60,10 @@ class LinkEstimator {
 
   LinkEstimate estimate() const;
 
-  // Why the link should be measured (again); "" when it need not be: no
-  // round trip yet, no parallel probe yet, a change not yet acknowledged, or
-  // no sample for max_age before `now`.
+  // Why the link should be measured (again); "" when it need not be: a
+  // change not yet acknowledged, no round trip yet, no sample for max_age
+  // before `now`, or (kNoParallelProbe) no parallel probe yet, in that
+  // order.
   std::string RemeasureReason(Clock::time_point now) const;
   // The caller has started the re-measurement the last change asked for.
   void AcknowledgeChange();

@@ -7,6 +7,8 @@
 
 namespace xsilo {
 
+const char* const kNoParallelProbe = "no parallel probe yet";
+
 LinkEstimator::LinkEstimator(LinkEstimatorOptions options) : options_(options) {
   options_.change_factor =
       std::isfinite(options_.change_factor) ? std::max(options_.change_factor, 1.0) : 2.0;
@@ -94,13 +96,13 @@ LinkEstimate LinkEstimator::estimate() const {
 }
 
 std::string LinkEstimator::RemeasureReason(Clock::time_point now) const {
-  if (rtt_.samples == 0) return "no round trip measured yet";
-  if (aggregate_.samples == 0) return "no parallel probe yet";
   if (!change_.empty()) return change_;
+  if (rtt_.samples == 0) return "no round trip measured yet";
   if (any_sample_ && now - last_sample_ > options_.max_age) {
     const auto idle = std::chrono::duration_cast<std::chrono::seconds>(now - last_sample_);
     return "no sample for " + std::to_string(idle.count()) + " s";
   }
+  if (aggregate_.samples == 0) return kNoParallelProbe;
   return "";
 }
 

@@ -1,0 +1,70 @@
+#include "hybrid/auto_router.h"
+
+namespace xsilo {
+
+namespace {
+// An echo not answered within this long is given up (a new one may go).
+constexpr auto kPingTimeout = std::chrono::seconds(10);
+}  // namespace
+
+void AutoRouter::OnRtt(int32_t peer, double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Peer& p = PeerLocked(peer);
+  p.estimator.AddRtt(Clock::now(), seconds);
+  p.ping_out = false;
+}
+
+void AutoRouter::OnTransfer(int32_t peer, uint64_t bytes, double seconds, int streams) {
+  std::lock_guard<std::mutex> lock(mu_);
+  PeerLocked(peer).estimator.AddTransfer(Clock::now(), bytes, seconds, streams);
+}
+
+AutoChoice AutoRouter::Choose(const std::vector<int32_t>& peers, uint64_t bytes,
+                              bool store_available) {
+  std::lock_guard<std::mutex> lock(mu_);
+  LinkEstimate link;
+  bool first = true;
+  for (int32_t peer : peers) {
+    LinkEstimate e = PeerLocked(peer).estimator.estimate();
+    // Unknown beats known (the safe default), then the longest round trip.
+    if (first || e.samples == 0 || (link.samples > 0 && e.rtt_s > link.rtt_s)) link = e;
+    first = false;
+  }
+  AutoRequest request;
+  request.bytes = bytes;
+  request.receivers = static_cast<int>(peers.size());
+  request.store_available = store_available;
+  AutoChoice choice = ChooseAutoPath(link, request, policy_);
+  last_reason_ = choice.reason;
+  return choice;
+}
+
+bool AutoRouter::WantsPing(int32_t peer, Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Peer& p = PeerLocked(peer);
+  if (p.ping_out && now - p.ping_sent < kPingTimeout) return false;
+  const std::string why = p.estimator.RemeasureReason(now);
+  // A missing parallel probe is learned from store transfers, not echoes.
+  if (why.empty() || why == kNoParallelProbe) return false;
+  p.estimator.AcknowledgeChange();
+  return true;
+}
+
+void AutoRouter::PingSent(int32_t peer, Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Peer& p = PeerLocked(peer);
+  p.ping_out = true;
+  p.ping_sent = now;
+}
+
+LinkEstimate AutoRouter::EstimateOf(int32_t peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return PeerLocked(peer).estimator.estimate();
+}
+
+std::string AutoRouter::last_reason() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_reason_;
+}
+
+}  // namespace xsilo

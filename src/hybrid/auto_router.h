@@ -1,0 +1,66 @@
+// Private: the per-peer link knowledge of a hybrid transport opened as
+// "auto+<connector>" (docs/auto.md): what it has measured of each peer's
+// link (echo round trips, completed inline sends, store transfers reported
+// back) and the path ChooseAutoPath picks for a message from it.
+// Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "xsilo/transport/auto_policy.h"
+#include "xsilo/transport/link_estimator.h"
+
+namespace xsilo {
+
+class AutoRouter {
+ public:
+  using Clock = LinkEstimator::Clock;
+
+  // Striping over parallel grpc streams is not wired into the hybrid
+  // backend (grpc fixes its streams at Start): the default policy chooses
+  // only between inline (one stream) and the store.
+  AutoRouter() : AutoRouter(OneStream()) {}
+  explicit AutoRouter(AutoPolicyOptions policy) : policy_(policy) {}
+
+  void OnRtt(int32_t peer, double seconds);
+  void OnTransfer(int32_t peer, uint64_t bytes, double seconds, int streams);
+
+  // The path for `bytes` to `peers`: a broadcast goes by its slowest known
+  // link (the largest round trip).
+  AutoChoice Choose(const std::vector<int32_t>& peers, uint64_t bytes, bool store_available);
+
+  // True when `peer`'s link should be measured again (no round trip yet, a
+  // change detected, stale) and no echo is out to it: the caller sends one
+  // and reports it with PingSent.
+  bool WantsPing(int32_t peer, Clock::time_point now);
+  void PingSent(int32_t peer, Clock::time_point now);
+
+  LinkEstimate EstimateOf(int32_t peer);
+  // The reason of the last choice, "" before the first.
+  std::string last_reason();
+
+ private:
+  struct Peer {
+    LinkEstimator estimator;
+    Clock::time_point ping_sent{};
+    bool ping_out = false;
+  };
+  Peer& PeerLocked(int32_t peer) { return peers_[peer]; }
+  static AutoPolicyOptions OneStream() {
+    AutoPolicyOptions o;
+    o.max_streams = 1;
+    return o;
+  }
+
+  const AutoPolicyOptions policy_;
+  std::mutex mu_;
+  std::map<int32_t, Peer> peers_;
+  std::string last_reason_;
+};
+
+}  // namespace xsilo

@@ -1,0 +1,83 @@
+// The auto+<connector> backend's per-peer link knowledge: what it chooses
+// from given observations (no timing: the observations are made up).
+#include "hybrid/auto_router.h"
+
+#include <gtest/gtest.h>
+
+#include "xsilo/hybrid/hybrid.h"
+#include "xsilo/transport/registry.h"
+
+namespace xsilo {
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+TEST(AutoRouter, UnmeasuredLinksTakeTheDefaultThreshold) {
+  AutoRouter r;
+  EXPECT_EQ(r.Choose({1}, 4 * kMiB, true).path, AutoPath::kInline);
+  EXPECT_EQ(r.Choose({1}, 64 * kMiB, true).path, AutoPath::kStore);
+  EXPECT_EQ(r.Choose({1}, 64 * kMiB, false).path, AutoPath::kInline) << "no store to use";
+  EXPECT_FALSE(r.last_reason().empty());
+}
+
+TEST(AutoRouter, ALanGoesInlineAtEverySize) {
+  AutoRouter r;
+  r.OnRtt(1, 0.0001);
+  for (uint64_t bytes : {uint64_t{1}, 10 * kMiB, 265 * kMiB, uint64_t{5} << 30}) {
+    EXPECT_EQ(r.Choose({1}, bytes, true).path, AutoPath::kInline) << bytes;
+  }
+}
+
+// ca-hk as measured (167 ms, one gRPC stream ~1 MB/s at scale 0.1, the
+// store's 32 connections ~10x that): big messages go to the store.
+TEST(AutoRouter, ALongFatLinkSendsBigMessagesThroughTheStore) {
+  AutoRouter r;
+  r.OnRtt(1, 0.167);
+  r.OnTransfer(1, 2 * kMiB, 0.167 + 2.0, 1);    // one stream: ~1 MB/s
+  r.OnTransfer(1, 20 * kMiB, 0.167 + 2.0, 32);  // the store: ~10 MB/s
+  EXPECT_EQ(r.Choose({1}, 265 * kMiB, true).path, AutoPath::kStore);
+  EXPECT_EQ(r.Choose({1}, 265 * kMiB, false).path, AutoPath::kInline) << "no store to use";
+  EXPECT_EQ(r.Choose({1}, 64, true).path, AutoPath::kInline) << "a few bytes never pay 3 RTTs";
+}
+
+// A broadcast goes by its slowest known link.
+TEST(AutoRouter, ABroadcastFollowsItsSlowestLink) {
+  AutoRouter r;
+  r.OnRtt(1, 0.0001);
+  r.OnRtt(2, 0.167);
+  r.OnTransfer(2, 2 * kMiB, 0.167 + 2.0, 1);
+  r.OnTransfer(2, 20 * kMiB, 0.167 + 2.0, 32);
+  EXPECT_EQ(r.Choose({1}, 265 * kMiB, true).path, AutoPath::kInline);
+  EXPECT_EQ(r.Choose({1, 2}, 265 * kMiB, true).path, AutoPath::kStore);
+  // An unmeasured receiver makes it take the default.
+  EXPECT_EQ(r.Choose({1, 3}, 265 * kMiB, true).path, AutoPath::kStore);
+  EXPECT_EQ(r.Choose({1, 3}, 1 * kMiB, true).path, AutoPath::kInline);
+}
+
+TEST(AutoRouter, PingsGoWhereTheRoundTripIsUnknownOneAtATime) {
+  AutoRouter r;
+  const auto now = AutoRouter::Clock::now();
+  EXPECT_TRUE(r.WantsPing(1, now));
+  r.PingSent(1, now);
+  EXPECT_FALSE(r.WantsPing(1, now)) << "one echo out at a time";
+  r.OnRtt(1, 0.01);
+  EXPECT_FALSE(r.WantsPing(1, now)) << "a known round trip needs no echo";
+}
+
+TEST(AutoBackend, IsRegisteredAndRefusesAThreshold) {
+  auto& reg = TransportRegistry::Global();
+  EXPECT_TRUE(reg.Viable("auto+memory").ok());
+  TransportOptions o;
+  o.address = "auto-backend-test";
+  o.backend = {{"threshold", "1"}};
+  auto t = reg.Create("auto+memory", o);
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  o.backend.clear();
+  auto ok = reg.Create("auto+memory", o);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ((*ok)->name(), "auto+memory");
+  EXPECT_EQ(AutoLastChoice(**ok), "");
+}
+
+}  // namespace
+}  // namespace xsilo
