@@ -62,6 +62,8 @@ const std::vector<BackendSpec>& Backends() {
       // must share one address.
       {"grpc-unary", "grpc", {{"mode", "unary"}}, true, false, true},
       {"grpc+s3", "grpc+s3", {}, false, false, false},
+      // Inline or the store per message, by the measured link (docs/auto.md).
+      {"auto+s3", "auto+s3", {}, false, false, false},
       {"mpi-generic", "mpi-generic", {}, true, true, false},
       {"mpi-buffer", "mpi-buffer", {}, false, true, false},
       // uv transport (TCP) and the basic channel, as PyTorch RPC between hosts.
@@ -396,6 +398,7 @@ int RunP2p(P2pOptions a) {
         run["latency_median_ms"] = Median(lat);
         run["latency_p95_ms"] = Percentile(lat, 95);
         if (result.contains("concurrency")) run["concurrency"] = result["concurrency"];
+        if (result.contains("route")) run["route"] = result["route"];  // auto+s3's last choice
         run["dispatch"] = result.value("dispatch", json::array());
         if (result.contains("broadcast")) run["broadcast"] = result["broadcast"];
         run["phases_s"] = result.value("phases_s", json::object());

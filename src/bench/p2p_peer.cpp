@@ -158,6 +158,7 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
     if (r >= spec.warmup) latency_ms.push_back(static_cast<double>(acks[seq] - t0) / 1e6);
   }
   (*result)["latency_ms"] = latency_ms;
+  if (std::string route = t.RouteReason(); !route.empty()) (*result)["route"] = route;
   phase("latency");
 
   // (b) N distinct messages one after another, then all at once.

@@ -1,5 +1,7 @@
 #include "hybrid/auto_router.h"
 
+#include <algorithm>
+
 namespace xsilo {
 
 namespace {
@@ -10,8 +12,11 @@ constexpr auto kPingTimeout = std::chrono::seconds(10);
 void AutoRouter::OnRtt(int32_t peer, double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
   Peer& p = PeerLocked(peer);
-  p.estimator.AddRtt(Clock::now(), seconds);
+  p.rtts.push_back(seconds);
+  while (p.rtts.size() > kRttWindow) p.rtts.pop_front();
+  p.estimator.AddRtt(Clock::now(), *std::min_element(p.rtts.begin(), p.rtts.end()));
   p.ping_out = false;
+  ++p.pongs;
 }
 
 void AutoRouter::OnTransfer(int32_t peer, uint64_t bytes, double seconds, int streams) {
@@ -43,6 +48,7 @@ bool AutoRouter::WantsPing(int32_t peer, Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mu_);
   Peer& p = PeerLocked(peer);
   if (p.ping_out && now - p.ping_sent < kPingTimeout) return false;
+  if (p.pongs < kStartEchoes) return true;
   const std::string why = p.estimator.RemeasureReason(now);
   // A missing parallel probe is learned from store transfers, not echoes.
   if (why.empty() || why == kNoParallelProbe) return false;

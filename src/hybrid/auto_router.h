@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -27,6 +28,9 @@ class AutoRouter {
   AutoRouter() : AutoRouter(OneStream()) {}
   explicit AutoRouter(AutoPolicyOptions policy) : policy_(policy) {}
 
+  // An echo's round trip. The estimator is fed the least of the last
+  // kRttWindow echoes: an echo through both parties' transport threads
+  // carries their scheduling delays, the least one is the link.
   void OnRtt(int32_t peer, double seconds);
   void OnTransfer(int32_t peer, uint64_t bytes, double seconds, int streams);
 
@@ -34,9 +38,10 @@ class AutoRouter {
   // link (the largest round trip).
   AutoChoice Choose(const std::vector<int32_t>& peers, uint64_t bytes, bool store_available);
 
-  // True when `peer`'s link should be measured again (no round trip yet, a
-  // change detected, stale) and no echo is out to it: the caller sends one
-  // and reports it with PingSent.
+  // True when `peer`'s link should be measured (again) and no echo is out
+  // to it: fewer than kStartEchoes answered (the first round trip includes
+  // setting up the connection, the later ones replace it as a change), a
+  // change detected, or stale. The caller sends one and reports PingSent.
   bool WantsPing(int32_t peer, Clock::time_point now);
   void PingSent(int32_t peer, Clock::time_point now);
 
@@ -45,10 +50,14 @@ class AutoRouter {
   std::string last_reason();
 
  private:
+  static constexpr int kStartEchoes = 5;
+  static constexpr size_t kRttWindow = 5;
   struct Peer {
     LinkEstimator estimator;
     Clock::time_point ping_sent{};
     bool ping_out = false;
+    int pongs = 0;
+    std::deque<double> rtts;  // the last kRttWindow echoes
   };
   Peer& PeerLocked(int32_t peer) { return peers_[peer]; }
   static AutoPolicyOptions OneStream() {

@@ -114,7 +114,7 @@ class HybridTransport final : public Transport {
 
   std::string_view name() const override { return name_; }
   const std::shared_ptr<Connector>& connector() const { return connector_; }
-  AutoRouter* router() const { return router_.get(); }
+  std::string RouteReason() const override { return router_ ? router_->last_reason() : ""; }
 
   Status Start() override {
     {
@@ -557,7 +557,10 @@ class HybridTransport final : public Transport {
       }
       if (m.type == kPongType) {
         auto t = m.GetInt("t");
-        if (router_ && t.ok()) router_->OnRtt(m.sender, static_cast<double>(NowNs() - *t) * 1e-9);
+        if (router_ && t.ok()) {
+          router_->OnRtt(m.sender, static_cast<double>(NowNs() - *t) * 1e-9);
+          MaybePing({m.sender});  // the start's echoes go back to back
+        }
         continue;
       }
       if (m.type == kGrantType) {
@@ -736,11 +739,6 @@ class HybridTransport final : public Transport {
 };
 
 }  // namespace
-
-std::string AutoLastChoice(const Transport& transport) {
-  const auto* hybrid = dynamic_cast<const HybridTransport*>(&transport);
-  return hybrid == nullptr || hybrid->router() == nullptr ? "" : hybrid->router()->last_reason();
-}
 
 std::shared_ptr<Connector> HybridConnectorOf(const Transport& transport) {
   const auto* hybrid = dynamic_cast<const HybridTransport*>(&transport);

@@ -16,7 +16,7 @@ namespace xsilo::bench {
 
 // Every backend the study knows, in its order.
 inline constexpr const char* kP2pBackends =
-    "grpc,grpc-s4,grpc-unary,grpc+s3,mpi-generic,mpi-buffer,tensorpipe";
+    "grpc,grpc-s4,grpc-unary,grpc+s3,auto+s3,mpi-generic,mpi-buffer,tensorpipe";
 
 struct P2pOptions {
   // Comma lists of environments (link profiles), tiers and backends.

@@ -53,7 +53,8 @@ struct HybridOptions {
   // threshold_bytes, each message goes inline or through the connector as
   // ChooseAutoPath picks from the measured link to its receivers (echo
   // round trips at start and when the link changes, the time of inline
-  // sends, store transfers reported back by receivers). Default false.
+  // sends, store transfers reported back by receivers); RouteReason() says
+  // why. Default false.
   bool adaptive = false;
 };
 
@@ -74,11 +75,6 @@ std::unique_ptr<Transport> MakeHybridTransport(const TransportOptions& options,
 // a transport that is not hybrid. For tools and tests that inspect the
 // store.
 std::shared_ptr<Connector> HybridConnectorOf(const Transport& transport);
-
-// For an adaptive ("auto+<connector>") transport: the reason of its last
-// choice of path ("store: 1 GiB, predicted ..."); "" otherwise or before
-// the first.
-std::string AutoLastChoice(const Transport& transport);
 
 // Installs the "<transport>+<connector>" composite factory in the global
 // transport registry. Called automatically when the hybrid library is

@@ -114,6 +114,11 @@ class Transport {
 
   // Next received message, in arrival order.
   Result<Message> Receive(Duration timeout) { return inbox_.Pop(timeout); }
+  // For backends that choose a path per message (auto+<connector>): the
+  // last choice and why, one line ("store: 1 GiB, predicted ..."); empty
+  // for the others and before the first choice.
+  virtual std::string RouteReason() const { return {}; }
+
   // Routes received messages to `handler` (on a transport thread; keep it short).
   void SetHandler(MessageHandler handler) { inbox_.SetHandler(std::move(handler)); }
 
