@@ -41,6 +41,7 @@ const std::vector<E2eBackend>& E2eBackends() {
       {"grpc-s4", "grpc", {{"streams", "4"}}},
       {"grpc-unary", "grpc", {{"mode", "unary"}}},
       {"grpc+s3", "grpc+s3", {}},  // embedded S3 server in the server's process tree
+      {"auto+s3", "auto+s3", {}},  // the same, inline or the store per message by the link
       {"tensorpipe", "tensorpipe", {}},
   };
   return kAll;
