@@ -35,6 +35,31 @@ AutoChoice AutoRouter::Choose(const std::vector<int32_t>& peers, uint64_t bytes,
     if (first || e.samples == 0 || (link.samples > 0 && e.rtt_s > link.rtt_s)) link = e;
     first = false;
   }
+  // The store path's rate is learned from store transfers only: on a link
+  // that is not a LAN, a message big enough to measure goes to the store
+  // until one has been measured (the parallel probe).
+  if (link.samples > 0 && link.rtt_s >= policy_.lan_rtt_s && !(link.aggregate_Bps > 0) &&
+      store_available && bytes >= kProbeMinBytes) {
+    AutoChoice probe;
+    probe.path = AutoPath::kStore;
+    probe.reason = "store: probing the parallel rate (round trip " +
+                   std::to_string(static_cast<int64_t>(link.rtt_s * 1e3)) +
+                   " ms, no store transfer measured yet)";
+    last_reason_ = probe.reason;
+    return probe;
+  }
+  // Likewise the one-stream rate is learned from inline sends only; one
+  // that would take long on a slow stream is not risked for it.
+  if (link.samples > 0 && link.rtt_s >= policy_.lan_rtt_s && link.aggregate_Bps > 0 &&
+      !(link.one_stream_Bps > 0) && bytes >= kProbeMinBytes && bytes <= kInlineProbeMaxBytes) {
+    AutoChoice probe;
+    probe.path = AutoPath::kInline;
+    probe.reason = "inline: probing the one-stream rate (round trip " +
+                   std::to_string(static_cast<int64_t>(link.rtt_s * 1e3)) +
+                   " ms, no inline send measured yet)";
+    last_reason_ = probe.reason;
+    return probe;
+  }
   AutoRequest request;
   request.bytes = bytes;
   request.receivers = static_cast<int>(peers.size());

@@ -35,7 +35,11 @@ class AutoRouter {
   void OnTransfer(int32_t peer, uint64_t bytes, double seconds, int streams);
 
   // The path for `bytes` to `peers`: a broadcast goes by its slowest known
-  // link (the largest round trip).
+  // link (the largest round trip). On a link that is not a LAN whose store
+  // rate is unknown, a message of kProbeMinBytes or more goes to the store
+  // to measure it (a store transfer is the only source of that figure); once
+  // it is known, a message of kProbeMinBytes..kInlineProbeMaxBytes goes
+  // inline until the one-stream rate is known.
   AutoChoice Choose(const std::vector<int32_t>& peers, uint64_t bytes, bool store_available);
 
   // True when `peer`'s link should be measured (again) and no echo is out
@@ -51,6 +55,10 @@ class AutoRouter {
 
  private:
   static constexpr int kStartEchoes = 5;
+  // Smallest message that probes the store path's rate.
+  static constexpr uint64_t kProbeMinBytes = 1ull << 20;
+  // Largest message sent inline to learn the one-stream rate.
+  static constexpr uint64_t kInlineProbeMaxBytes = 16ull << 20;
   static constexpr size_t kRttWindow = 5;
   struct Peer {
     LinkEstimator estimator;

@@ -40,6 +40,39 @@ TEST(AutoRouter, ALongFatLinkSendsBigMessagesThroughTheStore) {
   EXPECT_EQ(r.Choose({1}, 64, true).path, AutoPath::kInline) << "a few bytes never pay 3 RTTs";
 }
 
+// On a WAN link whose store rate is unknown, messages of 1 MiB or more go to
+// the store until a store transfer was measured; then the policy decides.
+TEST(AutoRouter, AWanLinkProbesTheStoreUntilItsRateIsKnown) {
+  AutoRouter r;
+  r.OnRtt(1, 0.030);
+  r.OnTransfer(1, 4 * kMiB, 0.030 + 0.5, 1);  // one stream: ~8 MB/s
+  EXPECT_EQ(r.Choose({1}, 2 * kMiB, true).path, AutoPath::kStore);
+  EXPECT_NE(r.last_reason().find("probing"), std::string::npos) << r.last_reason();
+  EXPECT_EQ(r.Choose({1}, 512 << 10, true).path, AutoPath::kInline) << "too small to measure";
+  EXPECT_EQ(r.Choose({1}, 2 * kMiB, false).path, AutoPath::kInline) << "no store to probe";
+  // A store transfer as fast as one stream: the store never pays off.
+  r.OnTransfer(1, 4 * kMiB, 0.030 + 0.5, 32);
+  EXPECT_EQ(r.Choose({1}, 2 * kMiB, true).path, AutoPath::kInline) << r.last_reason();
+  EXPECT_EQ(r.last_reason().find("probing"), std::string::npos) << r.last_reason();
+  // A LAN never probes.
+  r.OnRtt(2, 0.0002);
+  EXPECT_EQ(r.Choose({2}, 2 * kMiB, true).path, AutoPath::kInline);
+}
+
+// With the store's rate known and no inline send measured, a message of
+// 1-16 MiB goes inline to learn the one-stream rate; a bigger one is not
+// risked on a possibly slow stream.
+TEST(AutoRouter, AWanLinkProbesOneStreamWithMidSizedMessagesOnly) {
+  AutoRouter r;
+  r.OnRtt(1, 0.167);
+  r.OnTransfer(1, 20 * kMiB, 0.167 + 2.0, 32);  // the store: ~10 MB/s
+  EXPECT_EQ(r.Choose({1}, 2 * kMiB, true).path, AutoPath::kInline);
+  EXPECT_NE(r.last_reason().find("probing the one-stream"), std::string::npos) << r.last_reason();
+  EXPECT_EQ(r.Choose({1}, 265 * kMiB, true).path, AutoPath::kStore) << r.last_reason();
+  r.OnTransfer(1, 2 * kMiB, 0.167 + 2.0, 1);  // one stream: ~1 MB/s
+  EXPECT_EQ(r.Choose({1}, 2 * kMiB, true).path, AutoPath::kStore) << r.last_reason();
+}
+
 // A broadcast goes by its slowest known link.
 TEST(AutoRouter, ABroadcastFollowsItsSlowestLink) {
   AutoRouter r;
