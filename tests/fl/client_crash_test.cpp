@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "transport/tcp_proxy.h"
+#include "transport/test_util.h"
 #include "xsilo/fl/fedavg.h"
 #include "xsilo/fl/mlp.h"
 #include "xsilo/hybrid/hybrid.h"
@@ -40,21 +41,6 @@ namespace xsilo::fl {
 namespace {
 
 using namespace std::chrono_literals;
-
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
 
 pid_t SpawnClient(const std::string& config, const std::string& log) {
   std::vector<std::string> args = {XSILO_CLI, "fl", "client", "--config", config, "--quiet"};
@@ -78,9 +64,9 @@ std::string Slurp(const std::string& path) {
 
 TEST(FedAvgFaults, AClientKilledMidUploadIsLeftOutItsPartsAbortedAndItRejoins) {
   constexpr int kClients = 3, kVictim = 3;
-  const int s3_port = FreePort();
+  const int s3_port = testing::FreeTcpPort();
   testing::TcpProxy proxy(s3_port);
-  const std::string address = "127.0.0.1:" + std::to_string(FreePort());
+  const std::string address = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
   const auto dir =
       std::filesystem::temp_directory_path() / ("xsilo-client-crash-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);

@@ -4,6 +4,7 @@
 // (corrupt and duplicated updates, a restarted server, and over grpc+s3 a
 // killed object server).
 #include "xsilo/fl/fedavg.h"
+#include "transport/test_util.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -638,21 +639,6 @@ std::vector<pid_t> ChildrenOf(pid_t pid) {
   return out;
 }
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
 bool Accepting(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -687,8 +673,8 @@ size_t FilesUnder(const std::filesystem::path& dir) {
 // tests/hybrid/grpc_s3_test.cpp, GrpcS3Embedded.*Restart*.)
 TEST(FedAvgFaults, AKilledObjectServerIsRestartedAndTheJobFinishes) {
   constexpr int kClients = 3;
-  const int s3_port = FreePort();
-  const std::string address = "127.0.0.1:" + std::to_string(FreePort());
+  const int s3_port = testing::FreeTcpPort();
+  const std::string address = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
   std::vector<std::unique_ptr<Transport>> parties(kClients + 1);
   for (int r = 0; r <= kClients; ++r) {
     TransportOptions o;
