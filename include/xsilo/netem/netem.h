@@ -106,6 +106,13 @@ struct WindowSizing {
 };
 WindowSizing SizeForWindow(uint64_t window_bytes);
 
+// The shape of a client's link to the server under profile `name`: a region
+// ("hong-kong") or an environment with exactly one client ("ca-hk", which
+// names its client's region). delay = latency_ms, rate = multi_MBps x scale;
+// jitter, loss and queue_bytes are 0.
+Result<LinkShape> ProfileLink(std::string_view name, double scale,
+                              const std::string& profiles_path = "");
+
 // The queue bound used when LinkShape::queue_bytes is 0.
 uint64_t DefaultQueueBytes(const LinkShape& link, uint32_t mtu);
 
