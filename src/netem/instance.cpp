@@ -5,7 +5,8 @@
 // opens one TUN device inside each site's namespace (setns, open
 // /dev/net/tun, TUNSETIFF "xs0", address and MTU by ioctl, TCP buffer
 // sysctls), returns to the root namespace, reports "OK" on a pipe and
-// forwards until SIGTERM. Its TUN devices vanish with it. Down kills the
+// forwards until SIGTERM. On SIGUSR1 it re-reads the links from the state
+// file (SetLinks). Its TUN devices vanish with it. Down kills the
 // router (checking its name, so a recycled pid is never hit), every process
 // left in the sites, deletes the namespaces and the state directory.
 #include <dirent.h>
@@ -28,12 +29,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "router.h"
 #include "sys.h"
@@ -49,6 +52,8 @@ namespace fs = std::filesystem;
 
 constexpr const char* kRouterName = "xsilo-netem-rt";  // /proc/PID/comm
 constexpr const char* kDevice = "xs0";
+// Longer delays are surely a unit mistake (and would overflow nanoseconds).
+constexpr double kMaxDelayMs = 3'600'000;
 
 std::string StateDir(const Options& o) {
   return o.state_dir.empty() ? "/run/xsilo-netem/" + o.prefix : o.state_dir;
@@ -70,11 +75,21 @@ Status ValidateTopology(const Topology& t) {
   const size_t n = t.sites.size();
   if (n < 2 || n > 200) return InvalidArgument("a topology needs 2 to 200 sites");
   if (t.links.size() != n) return InvalidArgument("links must be sites x sites");
-  for (const auto& row : t.links) {
-    if (row.size() != n) return InvalidArgument("links must be sites x sites");
-    for (const auto& l : row) {
-      if (l.delay_ms < 0 || l.rate_MBps < 0 || l.jitter_ms < 0 || l.loss < 0 || l.loss >= 1) {
-        return InvalidArgument("link shapes need delay, rate, jitter >= 0 and loss in [0, 1)");
+  for (size_t from = 0; from < n; ++from) {
+    if (t.links[from].size() != n) return InvalidArgument("links must be sites x sites");
+    for (size_t to = 0; to < n; ++to) {
+      const LinkShape& l = t.links[from][to];
+      // Written so that NaN fails every test.
+      if (!(l.delay_ms >= 0 && l.delay_ms <= kMaxDelayMs) ||
+          !(l.jitter_ms >= 0 && l.jitter_ms <= kMaxDelayMs) ||
+          !(l.rate_MBps >= 0 && std::isfinite(l.rate_MBps)) || !(l.loss >= 0 && l.loss < 1)) {
+        std::ostringstream shape;
+        shape << "delay_ms " << l.delay_ms << ", rate_MBps " << l.rate_MBps << ", jitter_ms "
+              << l.jitter_ms << ", loss " << l.loss;
+        return InvalidArgument("link " + t.sites[from].name + "->" + t.sites[to].name + " (" +
+                               shape.str() +
+                               "): delay and jitter must be in [0, 3600000] ms, the rate finite "
+                               "and >= 0, loss in [0, 1)");
       }
     }
   }
@@ -104,7 +119,7 @@ json LinkToJson(const LinkShape& l) {
           {"queue_bytes", l.queue_bytes}};
 }
 
-json StateToJson(const Topology& t, const Options& o, int pid) {
+json StateToJson(const Topology& t, const Options& o, int pid, uint64_t links_version) {
   json sites = json::array();
   for (size_t i = 0; i < t.sites.size(); ++i) {
     const Site& s = t.sites[i];
@@ -126,16 +141,24 @@ json StateToJson(const Topology& t, const Options& o, int pid) {
     for (const auto& l : row) r.push_back(LinkToJson(l));
     links.push_back(r);
   }
-  return {{"prefix", o.prefix},     {"env", t.env},      {"scale", t.scale}, {"mtu", t.mtu},
-          {"loopback", t.loopback}, {"router_pid", pid}, {"sites", sites},   {"links", links}};
+  // "links_version" also tells SetLinks that the router reloads on SIGUSR1.
+  return {{"prefix", o.prefix},
+          {"env", t.env},
+          {"scale", t.scale},
+          {"mtu", t.mtu},
+          {"loopback", t.loopback},
+          {"router_pid", pid},
+          {"links_version", links_version},
+          {"sites", sites},
+          {"links", links}};
 }
 
-Status WriteState(const Topology& t, const Options& o, int pid) {
+Status WriteState(const Topology& t, const Options& o, int pid, uint64_t links_version = 0) {
   std::string path = StatePath(o);
   std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
-    out << StateToJson(t, o, pid).dump(1) << "\n";
+    out << StateToJson(t, o, pid, links_version).dump(1) << "\n";
     if (!out) return Internal("cannot write " + tmp);
   }
   if (rename(tmp.c_str(), path.c_str()) != 0) {
@@ -152,6 +175,8 @@ Result<State> ParseState(const std::string& text, const Options& o) {
     s.prefix = j.at("prefix").get<std::string>();
     s.state_dir = StateDir(o);
     s.router_pid = j.at("router_pid").get<int>();
+    s.live_links = j.contains("links_version");
+    s.links_version = j.value("links_version", uint64_t{0});
     Topology& t = s.topology;
     t.env = j.at("env").get<std::string>();
     t.scale = j.at("scale").get<double>();
@@ -197,6 +222,14 @@ std::string ReadFile(const std::string& path) {
 }
 
 // ---- the router child -----------------------------------------------------
+
+// SIGUSR1 reloads the links; the others stop the router.
+sigset_t RouterSignals() {
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) sigaddset(&mask, sig);
+  return mask;
+}
 
 Status SetFlags(int sock, const char* dev, short flags) {
   ifreq ifr{};
@@ -300,13 +333,12 @@ Result<int> OpenSiteTun(const Topology& t, int index) {
   if (null > 2) close(null);
   if (log > 2) close(log);
 
-  sigset_t mask;
-  sigemptyset(&mask);
-  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
+  // Up blocked these before the fork; one sent since waits in the signalfd.
+  sigset_t mask = RouterSignals();
   sigprocmask(SIG_BLOCK, &mask, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  int stop_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (stop_fd < 0) fail(Internal(std::string("signalfd: ") + strerror(errno)));
+  int signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd < 0) fail(Internal(std::string("signalfd: ") + strerror(errno)));
 
   int root_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
   if (root_ns < 0) fail(Internal(std::string("open own namespace: ") + strerror(errno)));
@@ -314,7 +346,11 @@ Result<int> OpenSiteTun(const Topology& t, int index) {
   config.mtu = 0;
   for (size_t i = 0; i < t.sites.size(); ++i) config.mtu = std::max(config.mtu, SiteMtu(t, i));
   config.links = t.links;
-  config.stop_fd = stop_fd;
+  config.signal_fd = signal_fd;
+  config.reload = [o]() -> Result<internal::LinkReload> {
+    XSILO_ASSIGN_OR_RETURN(State s, ParseState(ReadFile(StatePath(o)), o));
+    return internal::LinkReload{s.links_version, std::move(s.topology.links)};
+  };
   config.stats_path = StateDir(o) + "/stats.json";
   for (size_t i = 0; i < t.sites.size(); ++i) {
     Status s = internal::EnterNetns(NetnsName(o, t.sites[i]));
@@ -405,7 +441,13 @@ Status Up(const Topology& t, const Options& o) {
   }
   int ready[2];
   if (pipe2(ready, O_CLOEXEC) != 0) return undo(Internal(std::string("pipe: ") + strerror(errno)));
+  // The child is born with the router's signals blocked, so a SIGUSR1 (whose
+  // default action kills) that arrives before its signalfd exists waits.
+  sigset_t router_signals = RouterSignals();
+  sigset_t caller_mask;
+  pthread_sigmask(SIG_BLOCK, &router_signals, &caller_mask);
   pid_t pid = fork();
+  if (pid != 0) pthread_sigmask(SIG_SETMASK, &caller_mask, nullptr);
   if (pid < 0) {
     close(ready[0]);
     close(ready[1]);
@@ -482,6 +524,50 @@ Result<State> LoadState(const Options& o) {
     return NotFound("no netem instance '" + o.prefix + "' is up (no " + path + ")");
   }
   return ParseState(ReadFile(path), o);
+}
+
+Status SetLinks(const std::vector<std::vector<LinkShape>>& links, const Options& o) {
+  XSILO_ASSIGN_OR_RETURN(State state, LoadState(o));
+  if (state.topology.loopback) {
+    return FailedPrecondition("netem instance '" + o.prefix + "' (" + state.topology.env +
+                              ") is plain loopback: it has no links to shape");
+  }
+  if (!state.router_alive) {
+    return FailedPrecondition("the router of netem instance '" + o.prefix +
+                              "' is not running; run `xsilo netem down` and `up` again");
+  }
+  if (!state.live_links) {
+    return FailedPrecondition("the router of netem instance '" + o.prefix +
+                              "' was started by an older xsilo that cannot change links live; "
+                              "run `xsilo netem down` and `up` again");
+  }
+  Topology t = state.topology;
+  t.links = links;
+  XSILO_RETURN_IF_ERROR(ValidateTopology(t));
+  const uint64_t version = state.links_version + 1;
+  XSILO_RETURN_IF_ERROR(WriteState(t, o, state.router_pid, version));
+  if (kill(state.router_pid, SIGUSR1) != 0) {
+    return Internal("cannot signal the router (pid " + std::to_string(state.router_pid) +
+                    "): " + strerror(errno));
+  }
+  // The router rewrites stats.json with the version it applied.
+  const std::string stats = StateDir(o) + "/stats.json";
+  const auto deadline = std::chrono::steady_clock::now() + o.timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    json j = json::parse(ReadFile(stats), nullptr, false);
+    if (!j.is_discarded() && j.value("links_version", uint64_t{0}) >= version) {
+      return Status::OK();
+    }
+    if (!internal::ProcessAlive(state.router_pid)) {
+      return Internal("the router exited instead of applying the new links; its log: " +
+                      ReadFile(StateDir(o) + "/router.log"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::string log = ReadFile(StateDir(o) + "/router.log");
+  return Timeout("the router did not confirm the new links within " +
+                 std::to_string(o.timeout.count()) + " ms (the state file holds them already)" +
+                 (log.empty() ? "" : "; its log: " + log));
 }
 
 Result<int> FindSite(const State& state, std::string_view name) {

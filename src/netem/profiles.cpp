@@ -91,6 +91,30 @@ uint64_t DefaultQueueBytes(const LinkShape& link, uint32_t mtu) {
   return std::max<uint64_t>(16ull * mtu, static_cast<uint64_t>(bdp));
 }
 
+Result<LinkShape> ProfileLink(std::string_view name, double scale,
+                              const std::string& profiles_path) {
+  if (!(scale > 0) || scale > 1000) return InvalidArgument("scale must be in (0, 1000]");
+  XSILO_ASSIGN_OR_RETURN(json profiles, ReadProfiles(profiles_path));
+  std::string region(name);
+  const json& envs = profiles["environments"];
+  if (!profiles["regions"].contains(region) && envs.contains(region)) {
+    const json& e = envs[region];
+    if (!e.contains("clients") || !e["clients"].is_array() || e["clients"].size() != 1 ||
+        !e["clients"][0].is_string()) {
+      return InvalidArgument("environment '" + region +
+                             "' does not have exactly one client; name a region instead");
+    }
+    region = e["clients"][0].get<std::string>();
+  } else if (!profiles["regions"].contains(region)) {
+    std::string known;
+    for (const auto& [n, _] : profiles["regions"].items()) known += (known.empty() ? "" : ", ") + n;
+    return NotFound("no region or one-client environment '" + region + "' in the link profiles (" +
+                    known + ")");
+  }
+  XSILO_ASSIGN_OR_RETURN(Region r, GetRegion(profiles, region));
+  return LinkShape{.delay_ms = r.latency_ms, .rate_MBps = r.multi_MBps * scale};
+}
+
 std::string SiteAddress(int index) { return "198.18.0." + std::to_string(index + 1); }
 
 Result<std::vector<std::string>> Environments(const std::string& profiles_path) {

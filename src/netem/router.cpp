@@ -9,6 +9,12 @@
 //    later. Delivery times on one link never decrease, so each link's delay
 //    line is a FIFO ring and the next event is the earliest head among the
 //    links that hold packets (at most sites^2 of them).
+//  - SIGUSR1 (on the signalfd) makes the router call RouterConfig::reload
+//    and switch every link to its new shape at once. Packets already in a
+//    link keep their departure and delivery times; later packets queue
+//    behind them at the new rate and get the new delay, but are never
+//    delivered before a packet ahead of them (so a shorter delay takes
+//    effect once the older packets are out).
 //  - Packet memory comes from two slot pools (MTU-sized and small) that grow
 //    in chunks and are reused: no allocation per packet in steady state.
 //    Packets are read into a spare large slot; small ones (ACKs) are copied
@@ -16,11 +22,13 @@
 #include "router.h"
 
 #include <sys/epoll.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -144,19 +152,13 @@ class Router {
     for (int f = 0; f < sites_; ++f) {
       for (int t = 0; t < sites_; ++t) {
         Link& l = links_[f * sites_ + t];
-        const LinkShape& s = c.links[f][t];
         l.from = f;
         l.to = t;
         l.stats.from = f;
         l.stats.to = t;
-        l.ns_per_byte = s.rate_MBps > 0 ? 1e9 / (s.rate_MBps * 1e6) : 0;
-        l.delay_ns = static_cast<int64_t>(std::llround(s.delay_ms * 1e6));
-        l.jitter_ns = static_cast<int64_t>(std::llround(s.jitter_ms * 1e6));
-        l.loss = s.loss;
-        l.queue_limit =
-            static_cast<double>(s.queue_bytes ? s.queue_bytes : DefaultQueueBytes(s, c.mtu));
       }
     }
+    ApplyShapes(c.links);
     spare_ = large_.Get();
   }
 
@@ -166,8 +168,8 @@ class Router {
     for (int i = 0; i <= sites_; ++i) {
       epoll_event ev{};
       ev.events = EPOLLIN;
-      ev.data.u32 = static_cast<uint32_t>(i);  // sites_ = the stop descriptor
-      int fd = i < sites_ ? config_.tun_fds[i] : config_.stop_fd;
+      ev.data.u32 = static_cast<uint32_t>(i);  // sites_ = the signal descriptor
+      int fd = i < sites_ ? config_.tun_fds[i] : config_.signal_fd;
       if (fd < 0) continue;
       if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
         close(ep);
@@ -197,7 +199,7 @@ class Router {
       for (int i = 0; i < n; ++i) {
         int site = static_cast<int>(events[i].data.u32);
         if (site == sites_) {
-          running = false;
+          running = HandleSignals();
         } else {
           ReadSite(site);
         }
@@ -209,6 +211,53 @@ class Router {
   }
 
  private:
+  // Only the shape changes: a link's serializer state (free_at_ns), delivery
+  // order (last_deliver_ns), queued packets and counters carry over.
+  void ApplyShapes(const std::vector<std::vector<LinkShape>>& shapes) {
+    for (Link& l : links_) {
+      const LinkShape& s = shapes[l.from][l.to];
+      l.ns_per_byte = s.rate_MBps > 0 ? 1e9 / (s.rate_MBps * 1e6) : 0;
+      l.delay_ns = static_cast<int64_t>(std::llround(s.delay_ms * 1e6));
+      l.jitter_ns = static_cast<int64_t>(std::llround(s.jitter_ms * 1e6));
+      l.loss = s.loss;
+      l.queue_limit =
+          static_cast<double>(s.queue_bytes ? s.queue_bytes : DefaultQueueBytes(s, config_.mtu));
+    }
+  }
+
+  // Drains the signalfd; false when a stop signal arrived.
+  bool HandleSignals() {
+    bool reload = false;
+    signalfd_siginfo info;
+    while (read(config_.signal_fd, &info, sizeof info) == sizeof info) {
+      if (info.ssi_signo != SIGUSR1) return false;
+      reload = true;
+    }
+    if (reload) Reload();
+    return true;
+  }
+
+  void Reload() {
+    if (!config_.reload) return;
+    auto r = config_.reload();
+    if (!r.ok()) {
+      fprintf(stderr, "router: links not changed: %s\n", r.status().ToString().c_str());
+      return;
+    }
+    const size_t n = static_cast<size_t>(sites_);
+    bool square = r->links.size() == n;
+    for (const auto& row : r->links) square = square && row.size() == n;
+    if (!square) {
+      fprintf(stderr, "router: links not changed: not %zu x %zu\n", n, n);
+      return;
+    }
+    ApplyShapes(r->links);
+    links_version_ = r->version;
+    fprintf(stderr, "router: links version %llu applied\n",
+            static_cast<unsigned long long>(links_version_));
+    WriteStats();  // SetLinks waits for this version to appear
+  }
+
   // Delivers every packet due by `now`; returns the next delivery time.
   int64_t DeliverDue(int64_t now) {
     int64_t next = INT64_MAX;
@@ -303,7 +352,9 @@ class Router {
     std::string tmp = config_.stats_path + ".tmp";
     FILE* f = fopen(tmp.c_str(), "w");
     if (!f) return;
-    fprintf(f, "{\"unroutable\": %llu, \"links\": [", static_cast<unsigned long long>(unroutable_));
+    fprintf(f, "{\"links_version\": %llu, \"unroutable\": %llu, \"links\": [",
+            static_cast<unsigned long long>(links_version_),
+            static_cast<unsigned long long>(unroutable_));
     bool first = true;
     for (const Link& l : links_) {
       if (l.from == l.to) continue;
@@ -331,6 +382,7 @@ class Router {
   uint8_t* spare_ = nullptr;
   Rng rng_;
   uint64_t unroutable_ = 0;
+  uint64_t links_version_ = 0;
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <thread>
@@ -218,6 +219,88 @@ TEST_F(EmulatorTest, RateLimitHolds) {
   // router of CPU (a 4 MB/s link needs very little), hence the loose floor.
   EXPECT_LE(measured_MBps, 1.1 * kRate);
   EXPECT_GE(measured_MBps, 0.5 * kRate);
+}
+
+TEST_F(EmulatorTest, SetChangesTheDelayLiveAndKeepsConnections) {
+  constexpr double kOldDelay = 5, kNewDelay = 40;  // one-way, ms
+  State state = UpOrDie(TwoSites(LinkShape{.delay_ms = kOldDelay}));
+  ASSERT_TRUE(state.router_alive);
+  auto echo = EchoServer::Start(state, 1);
+  ASSERT_TRUE(echo.ok()) << echo.status().ToString();
+  const std::string address = state.sites[1].address;
+  const uint16_t port = (*echo)->port();
+  int held = -1;  // opened before the change, used after it
+  std::thread([&] {
+    if (EnterSite(state, 0).ok()) held = Connect(address, port);
+  }).join();
+  ASSERT_GE(held, 0);
+  int one = 1;
+  setsockopt(held, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  auto echo_once = [held](char c) {
+    char in = 0;
+    auto t0 = Clock::now();
+    bool ok = write(held, &c, 1) == 1 && read(held, &in, 1) == 1 && in == c;
+    return ok ? std::chrono::duration<double, std::milli>(Clock::now() - t0).count() : -1.0;
+  };
+  ASSERT_GE(echo_once('a'), 0);
+
+  auto before = MeasureEchoRtt(state, 0, address, port, 10);
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  auto links = state.topology.links;
+  links[0][1].delay_ms = links[1][0].delay_ms = kNewDelay;
+  Status set = SetLinks(links, options_);
+  ASSERT_TRUE(set.ok()) << set.ToString();
+  auto after = MeasureEchoRtt(state, 0, address, port, 10);
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  std::vector<double> held_rtts;
+  for (char c : {'b', 'c', 'd'}) held_rtts.push_back(echo_once(c));
+  close(held);
+
+  const double fastest_before = *std::min_element(before->begin(), before->end());
+  const double fastest_after = *std::min_element(after->begin(), after->end());
+  const double fastest_held = *std::min_element(held_rtts.begin(), held_rtts.end());
+  std::cout << "echo RTT at " << kOldDelay << " ms one-way: fastest " << fastest_before
+            << " ms, median " << Median(*before) << " ms; after set to " << kNewDelay
+            << " ms: fastest " << fastest_after << " ms, median " << Median(*after)
+            << " ms; connection from before the change: fastest " << fastest_held << " ms\n";
+  // The router never delivers early, so the new round trip is at least
+  // twice the new delay; the old one was far below it (wide margin: the
+  // delay is the emulator's, scheduling only adds to it).
+  EXPECT_GE(fastest_before, 2 * kOldDelay - 0.1);
+  EXPECT_LT(fastest_before, 2 * kNewDelay);
+  EXPECT_GE(fastest_after, 2 * kNewDelay - 0.1);
+  for (double rtt : held_rtts) EXPECT_GE(rtt, 2 * kNewDelay - 0.1) << "held connection broke";
+
+  auto now = LoadState(options_);
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(now->router_pid, state.router_pid) << "the router was restarted";
+  EXPECT_EQ(now->links_version, 1u);
+  EXPECT_EQ(now->topology.links[0][1].delay_ms, kNewDelay);
+}
+
+TEST_F(EmulatorTest, SetLinksRejectsBadShapesAndMissingInstances) {
+  EXPECT_EQ(SetLinks(TwoSites({}).links, options_).code(), StatusCode::kNotFound);
+  State state = UpOrDie(TwoSites(LinkShape{.delay_ms = 1}));
+  ASSERT_TRUE(state.router_alive);
+  auto bad = [&](auto change) {
+    auto links = state.topology.links;
+    change(links);
+    return SetLinks(links, options_).code();
+  };
+  using Links = std::vector<std::vector<LinkShape>>;
+  EXPECT_EQ(bad([](Links& l) { l[0][1].delay_ms = -1; }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](Links& l) { l[0][1].delay_ms = NAN; }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](Links& l) { l[1][0].rate_MBps = INFINITY; }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](Links& l) { l[1][0].loss = 1; }), StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad([](Links& l) { l.pop_back(); }), StatusCode::kInvalidArgument);
+  auto unchanged = LoadState(options_);
+  ASSERT_TRUE(unchanged.ok());
+  EXPECT_EQ(unchanged->links_version, 0u);
+  EXPECT_EQ(unchanged->topology.links[0][1].delay_ms, 1);
+
+  ASSERT_EQ(kill(state.router_pid, SIGKILL), 0);
+  waitpid(state.router_pid, nullptr, 0);
+  EXPECT_EQ(SetLinks(state.topology.links, options_).code(), StatusCode::kFailedPrecondition);
 }
 
 // A process that sits in site `site` until killed.

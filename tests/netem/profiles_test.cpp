@@ -14,6 +14,23 @@ TEST(Profiles, BuiltInEnvironments) {
             (std::vector<std::string>{"lan", "geo-proximal", "ca-va", "ca-hk", "geo-distributed"}));
 }
 
+TEST(Profiles, ProfileLinkTakesARegionOrAOneClientEnvironment) {
+  auto region = ProfileLink("hong-kong", 0.1);
+  ASSERT_TRUE(region.ok()) << region.status().ToString();
+  EXPECT_DOUBLE_EQ(region->delay_ms, 83.3);
+  EXPECT_DOUBLE_EQ(region->rate_MBps, 513 * 0.1);
+  EXPECT_EQ(region->jitter_ms, 0);
+  EXPECT_EQ(region->loss, 0);
+  auto env = ProfileLink("ca-hk", 0.1);
+  ASSERT_TRUE(env.ok()) << env.status().ToString();
+  EXPECT_DOUBLE_EQ(env->delay_ms, region->delay_ms);
+  EXPECT_DOUBLE_EQ(env->rate_MBps, region->rate_MBps);
+  EXPECT_EQ(ProfileLink("geo-distributed", 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ProfileLink("lan", 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ProfileLink("mars", 1).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ProfileLink("hong-kong", 0).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(Profiles, CaHkIsTwoSitesWithScaledRates) {
   auto t = LoadTopology("ca-hk", 0.5);
   ASSERT_TRUE(t.ok()) << t.status().ToString();

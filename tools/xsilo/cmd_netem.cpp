@@ -1,5 +1,6 @@
 // `xsilo netem`: the userspace WAN emulator (docs/netem.md).
 //   up --env ENV [--scale S]   namespaces + router for an environment
+//   set --site SITE ...        change a site's link to the server while it runs
 //   exec SITE -- CMD...        run a command inside a site
 //   status                     sites, links, router statistics
 //   down                       remove everything (idempotent, after crashes too)
@@ -32,8 +33,15 @@ struct NetemArgs {
   double scale = 1;
   std::string profiles;
   uint32_t mtu = 0;
-  double jitter_ms = 0;
-  double loss = 0;
+  double jitter_ms = 0;  // up and set
+  double loss = 0;       // up and set
+  // set (each shape field only when its flag is given)
+  std::vector<std::string> set_sites;
+  std::string peer = "server";
+  std::string profile;
+  double delay_ms = 0;
+  double rate_MBps = 0;
+  uint64_t queue_bytes = 0;
   // exec
   std::string site;
   std::vector<std::string> command;
@@ -90,6 +98,78 @@ void Up(const NetemArgs& a) {
             << " sites, prefix " << a.prefix << "); server at " << netem::SiteAddress(0) << "\n";
 }
 
+// "80.00 ms one-way, 12.50 MB/s[, jitter 1.00 ms][, loss 0.100%][, queue 1.0 MiB]"
+std::string ShapeText(const netem::LinkShape& l) {
+  std::string text = Fixed(l.delay_ms, 2) + " ms one-way, " +
+                     (l.rate_MBps > 0 ? Fixed(l.rate_MBps, 2) + " MB/s" : "unlimited");
+  if (l.jitter_ms > 0) text += ", jitter " + Fixed(l.jitter_ms, 2) + " ms";
+  if (l.loss > 0) text += ", loss " + Fixed(100 * l.loss, 3) + "%";
+  if (l.queue_bytes > 0) text += ", queue " + Bytes(l.queue_bytes);
+  return text;
+}
+
+// Which shape flags of `set` were given.
+struct SetFlags {
+  CLI::Option* delay = nullptr;
+  CLI::Option* rate = nullptr;
+  CLI::Option* jitter = nullptr;
+  CLI::Option* loss = nullptr;
+  CLI::Option* queue = nullptr;
+};
+
+void Set(const NetemArgs& a, const SetFlags& given) {
+  const bool any_flag = given.delay->count() + given.rate->count() + given.jitter->count() +
+                            given.loss->count() + given.queue->count() >
+                        0;
+  if (!any_flag && a.profile.empty()) {
+    Fail("set",
+         InvalidArgument("nothing to set: give --profile or at least one of --delay-ms, "
+                         "--rate-MBps, --jitter-ms, --loss, --queue-bytes"),
+         2);
+  }
+  auto state = netem::LoadState(MakeOptions(a));
+  if (!state.ok()) Fail("set", state.status());
+  auto peer = netem::FindSite(*state, a.peer);
+  if (!peer.ok()) Fail("set", peer.status(), 2);
+  netem::LinkShape profile;
+  if (!a.profile.empty()) {
+    auto p = netem::ProfileLink(a.profile, state->topology.scale, a.profiles);
+    if (!p.ok()) Fail("set", p.status(), 2);
+    profile = *p;
+  }
+  auto links = state->topology.links;
+  std::vector<int> sites;
+  for (const auto& name : a.set_sites) {
+    auto site = netem::FindSite(*state, name);
+    if (!site.ok()) Fail("set", site.status(), 2);
+    if (*site == *peer) {
+      Fail("set",
+           InvalidArgument("--site and --peer both name '" + state->sites[*site].site.name +
+                           "': a link joins two different sites"),
+           2);
+    }
+    sites.push_back(*site);
+    for (auto [from, to] : {std::pair{*site, *peer}, std::pair{*peer, *site}}) {
+      netem::LinkShape& l = links[from][to];
+      if (!a.profile.empty()) {
+        l.delay_ms = profile.delay_ms;
+        l.rate_MBps = profile.rate_MBps;
+      }
+      if (given.delay->count()) l.delay_ms = a.delay_ms;
+      if (given.rate->count()) l.rate_MBps = a.rate_MBps;
+      if (given.jitter->count()) l.jitter_ms = a.jitter_ms;
+      if (given.loss->count()) l.loss = a.loss;
+      if (given.queue->count()) l.queue_bytes = a.queue_bytes;
+    }
+  }
+  Status s = netem::SetLinks(links, MakeOptions(a));
+  if (!s.ok()) Fail("set", s, s.code() == StatusCode::kInvalidArgument ? 2 : 1);
+  for (int site : sites) {
+    std::cout << "netem: " << state->sites[site].site.name << " <-> "
+              << state->sites[*peer].site.name << " now " << ShapeText(links[*peer][site]) << "\n";
+  }
+}
+
 void Down(const NetemArgs& a) {
   Status s = netem::Down(MakeOptions(a));
   if (!s.ok()) Fail("down", s);
@@ -131,7 +211,12 @@ void PrintStatus(const NetemArgs& a) {
               << (st.router_alive ? " (running" : " (NOT RUNNING: run `xsilo netem down`");
     auto cpu = netem::ProcessCpuSeconds(st.router_pid);
     if (st.router_alive && cpu.ok()) std::cout << ", " << Fixed(*cpu, 1) << " s CPU";
-    std::cout << ")\n";
+    std::cout << ")";
+    if (st.links_version > 0) {
+      std::cout << "; links changed " << st.links_version << " time"
+                << (st.links_version == 1 ? "" : "s") << " by `xsilo netem set`";
+    }
+    std::cout << "\n";
   }
   std::cout << std::left << std::setw(9) << "site" << std::setw(18) << "region" << std::setw(16)
             << "address" << std::setw(22) << "netns" << std::setw(7) << "mtu" << std::setw(11)
@@ -145,8 +230,10 @@ void PrintStatus(const NetemArgs& a) {
               << (st.topology.loopback ? "-" : std::to_string(s.site.mtu)) << std::setw(11)
               << (s.site.tcp_rmem_max ? Bytes(s.site.tcp_rmem_max) : "-");
     if (i > 0 && !st.topology.loopback) {
-      const auto& l = st.topology.links[0][i];
-      std::cout << Fixed(l.delay_ms, 2) << " ms one-way, " << Fixed(l.rate_MBps, 2) << " MB/s";
+      const auto& down = st.topology.links[0][i];
+      const auto& up = st.topology.links[i][0];
+      std::cout << ShapeText(down);
+      if (ShapeText(up) != ShapeText(down)) std::cout << " (to server: " << ShapeText(up) << ")";
     }
     std::cout << "\n";
   }
@@ -246,6 +333,26 @@ void AddNetemCommand(CLI::App& app) {
   up->add_option("--jitter-ms", args->jitter_ms, "Uniform +- jitter on every link, ms");
   up->add_option("--loss", args->loss, "Random loss probability on every link, [0, 1)");
   up->callback([args] { Up(*args); });
+
+  auto* set = netem->add_subcommand(
+      "set", "Change the links between sites and a peer (default the server) while running");
+  set->add_option("--site", args->set_sites,
+                  "server, client1, ... or a client's region (repeat for several sites)")
+      ->required();
+  set->add_option("--peer", args->peer, "The other end of each link")->capture_default_str();
+  set->add_option("--profile", args->profile,
+                  "Delay and rate of a region (hong-kong) or one-client environment (ca-hk), "
+                  "scaled like the instance");
+  set->add_option("--profiles", args->profiles, "Link-profile JSON (default: the built-in copy)");
+  SetFlags given;
+  given.delay = set->add_option("--delay-ms", args->delay_ms, "One-way delay, ms");
+  given.rate = set->add_option("--rate-MBps", args->rate_MBps,
+                               "Rate in MB/s (10^6 bytes/s of IP packets); 0 = unlimited");
+  given.jitter = set->add_option("--jitter-ms", args->jitter_ms, "Uniform +- jitter, ms");
+  given.loss = set->add_option("--loss", args->loss, "Random loss probability, [0, 1)");
+  given.queue = set->add_option("--queue-bytes", args->queue_bytes,
+                                "Queue bound in bytes; 0 = one round trip at the rate");
+  set->callback([args, given] { Set(*args, given); });
 
   auto* exec = netem->add_subcommand("exec", "Run a command inside a site: exec SITE -- CMD...");
   exec->add_option("site", args->site, "server, client1, ... or a client's region")->required();

@@ -106,6 +106,13 @@ struct WindowSizing {
 };
 WindowSizing SizeForWindow(uint64_t window_bytes);
 
+// The shape of a client's link to the server under profile `name`: a region
+// ("hong-kong") or an environment with exactly one client ("ca-hk", which
+// names its client's region). delay = latency_ms, rate = multi_MBps x scale;
+// jitter, loss and queue_bytes are 0.
+Result<LinkShape> ProfileLink(std::string_view name, double scale,
+                              const std::string& profiles_path = "");
+
 // The queue bound used when LinkShape::queue_bytes is 0.
 uint64_t DefaultQueueBytes(const LinkShape& link, uint32_t mtu);
 
@@ -148,11 +155,29 @@ struct State {
   std::string state_dir;
   int router_pid = 0;         // 0 for loopback
   bool router_alive = false;  // the router process runs
+  // How many times SetLinks changed the links since Up (0 = as Up made them).
+  uint64_t links_version = 0;
+  // The router re-reads its links on SIGUSR1 (false for an instance that an
+  // older xsilo started: its router would die of that signal).
+  bool live_links = false;
   std::vector<SiteState> sites;
 };
 
 // The running instance, or NotFound when none is up.
 Result<State> LoadState(const Options& options = {});
+
+// Changes the shapes of the running instance's links while it runs: writes
+// `links` (sites x sites; the diagonal is ignored) into the state file,
+// signals the router (SIGUSR1) and waits, at most options.timeout, until the
+// router reports it has switched. The router neither restarts nor drops
+// packets or connections: packets it already holds keep their schedule, and
+// every packet it reads afterwards gets the new shape (see docs/netem.md).
+// Sites' MTUs and TCP buffers keep the values of Up. Errors: NotFound when no
+// instance is up, FailedPrecondition when it has no router (loopback) or the
+// router is not running or predates live changes, InvalidArgument for a bad
+// shape, Timeout when the router does not confirm. Two concurrent calls: the
+// last writer's matrix wins.
+Status SetLinks(const std::vector<std::vector<LinkShape>>& links, const Options& options = {});
 
 // Index of the site named `name` (or, if unique, whose region is `name`).
 Result<int> FindSite(const State& state, std::string_view name);
