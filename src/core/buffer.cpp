@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 namespace xsilo {
 
@@ -26,12 +28,52 @@ void AddLive(uint64_t n) {
 
 }  // namespace
 
+struct BufferPool::State {
+  struct Idle {
+    void* base;
+    uint64_t length;
+    std::chrono::steady_clock::time_point since;
+  };
+  uint64_t max_idle_bytes = 0;
+  std::chrono::steady_clock::duration max_idle_age{};
+  mutable std::mutex mu;
+  std::vector<Idle> idle;  // oldest first
+  uint64_t idle_bytes = 0;
+
+  ~State() {
+    for (const Idle& i : idle) munmap(i.base, i.length);
+  }
+
+  // Keeps the mapping for reuse, making room by unmapping the oldest.
+  void Return(void* base, uint64_t length) {
+    std::vector<Idle> drop;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (length > max_idle_bytes) {
+        drop.push_back({base, length, {}});
+      } else {
+        while (idle_bytes + length > max_idle_bytes) {
+          idle_bytes -= idle.front().length;
+          drop.push_back(idle.front());
+          idle.erase(idle.begin());
+        }
+        idle.push_back({base, length, std::chrono::steady_clock::now()});
+        idle_bytes += length;
+      }
+    }
+    for (const Idle& i : drop) munmap(i.base, i.length);
+  }
+};
+
 struct Buffer::Storage {
-  enum class Kind { kHeap, kAnonymous, kWrapped, kMapped };
+  enum class Kind { kHeap, kAnonymous, kWrapped, kMapped, kPooled };
   Kind kind;
   void* base = nullptr;
   uint64_t length = 0;
   std::function<void()> release;
+  // kPooled: where the mapping goes back to once Recycle marked it.
+  std::weak_ptr<BufferPool::State> pool;
+  std::atomic<bool> recycle{false};
 
   ~Storage() {
     switch (kind) {
@@ -49,6 +91,16 @@ struct Buffer::Storage {
       case Kind::kMapped:
         if (base != nullptr && length > 0) munmap(base, length);
         break;
+      case Kind::kPooled: {
+        g_live_bytes.fetch_sub(length, std::memory_order_relaxed);
+        auto state = recycle.load() ? pool.lock() : nullptr;
+        if (state) {
+          state->Return(base, length);
+        } else {
+          munmap(base, length);
+        }
+        break;
+      }
     }
   }
 };
@@ -90,24 +142,29 @@ void* MapAnonymous(uint64_t size, uint64_t align, uint64_t* mapped) {
   return reinterpret_cast<void*>(aligned);
 }
 
+// Large buffers are 2 MiB-aligned and marked for transparent huge pages:
+// the first touch of fresh memory costs a page fault per page, and with
+// 4 KiB pages that dominated moving a model (265 MB took 1.2 s to fault in
+// on the development VM, under 0.1 s in huge pages when the kernel has
+// them free).
+void* MapBuffer(uint64_t size, uint64_t* mapped) {
+  const bool huge = size >= kHugePageThreshold;
+  void* p = MapAnonymous(size, huge ? kHugePageBytes : kBufferAlignment, mapped);
+  if (p != nullptr && huge) (void)madvise(p, *mapped, MADV_HUGEPAGE);  // a hint; fine to fail
+  return p;
+}
+
 }  // namespace
 
 Result<Buffer> Buffer::Allocate(uint64_t size) {
   if (size == 0) return Buffer();
-  // Large buffers are 2 MiB-aligned and marked for transparent huge pages:
-  // the first touch of fresh memory costs a page fault per page, and with
-  // 4 KiB pages that dominated moving a model (265 MB took 1.2 s to fault in
-  // on the development VM, under 0.1 s in huge pages when the kernel has
-  // them free).
-  const bool huge = size >= kHugePageThreshold;
   auto storage = std::make_shared<Storage>();
   if (size >= kMapThreshold) {
     uint64_t mapped = 0;
-    void* p = MapAnonymous(size, huge ? kHugePageBytes : kBufferAlignment, &mapped);
+    void* p = MapBuffer(size, &mapped);
     if (p == nullptr) {
       return ResourceExhausted("cannot map " + std::to_string(size) + " bytes");
     }
-    if (huge) (void)madvise(p, mapped, MADV_HUGEPAGE);  // a hint; fine to fail
     storage->kind = Storage::Kind::kAnonymous;
     storage->base = p;
     storage->length = mapped;
@@ -196,6 +253,72 @@ Result<Buffer> Buffer::Slice(uint64_t offset, uint64_t length) const {
 Buffer Buffer::SliceUnchecked(uint64_t offset, uint64_t length) const {
   if (length == 0) return Buffer(storage_, data_ + (data_ ? offset : 0), 0);
   return Buffer(storage_, data_ + offset, length);
+}
+
+BufferPool::BufferPool(uint64_t max_idle_bytes, std::chrono::milliseconds max_idle_age)
+    : state_(std::make_shared<State>()) {
+  state_->max_idle_bytes = max_idle_bytes;
+  state_->max_idle_age = max_idle_age;
+}
+
+BufferPool::~BufferPool() = default;
+
+Result<Buffer> BufferPool::Allocate(uint64_t size) {
+  if (size < kHugePageThreshold) return Buffer::Allocate(size);
+  void* base = nullptr;
+  uint64_t length = 0;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    auto& idle = state_->idle;
+    auto best = idle.end();
+    for (auto it = idle.begin(); it != idle.end(); ++it) {
+      if (it->length >= size && it->length / 2 <= size &&
+          (best == idle.end() || it->length < best->length))
+        best = it;
+    }
+    if (best != idle.end()) {
+      base = best->base;
+      length = best->length;
+      state_->idle_bytes -= length;
+      idle.erase(best);
+    }
+  }
+  if (base == nullptr) {
+    base = MapBuffer(size, &length);
+    if (base == nullptr) return ResourceExhausted("cannot map " + std::to_string(size) + " bytes");
+  }
+  auto storage = std::make_shared<Buffer::Storage>();
+  storage->kind = Buffer::Storage::Kind::kPooled;
+  storage->base = base;
+  storage->length = length;
+  storage->pool = state_;
+  AddLive(length);
+  return Buffer(std::move(storage), static_cast<uint8_t*>(base), size);
+}
+
+void BufferPool::Recycle(const Buffer& b) {
+  if (b.storage_ && b.storage_->kind == Buffer::Storage::Kind::kPooled)
+    b.storage_->recycle.store(true);
+}
+
+void BufferPool::Trim() {
+  std::vector<State::Idle> drop;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    const auto now = std::chrono::steady_clock::now();
+    auto& idle = state_->idle;
+    while (!idle.empty() && now - idle.front().since > state_->max_idle_age) {
+      state_->idle_bytes -= idle.front().length;
+      drop.push_back(idle.front());
+      idle.erase(idle.begin());
+    }
+  }
+  for (const State::Idle& i : drop) munmap(i.base, i.length);
+}
+
+uint64_t BufferPool::idle_bytes() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->idle_bytes;
 }
 
 uint64_t Buffer::LiveAllocatedBytes() { return g_live_bytes.load(std::memory_order_relaxed); }

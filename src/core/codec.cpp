@@ -203,6 +203,21 @@ uint64_t Checksum(const GatherList& bytes) {
   return h;
 }
 
+struct ChecksumStream::State {
+  XXH3_state_t* xxh = XXH3_createState();
+  State() { XXH3_64bits_reset(xxh); }
+  ~State() { XXH3_freeState(xxh); }
+};
+
+ChecksumStream::ChecksumStream() : state_(std::make_unique<State>()) {}
+ChecksumStream::~ChecksumStream() = default;
+ChecksumStream::ChecksumStream(ChecksumStream&&) noexcept = default;
+ChecksumStream& ChecksumStream::operator=(ChecksumStream&&) noexcept = default;
+void ChecksumStream::Update(std::span<const uint8_t> bytes) {
+  XXH3_64bits_update(state_->xxh, bytes.data(), bytes.size());
+}
+uint64_t ChecksumStream::Digest() const { return XXH3_64bits_digest(state_->xxh); }
+
 EncodedPayload EncodeSafetensors(const TensorMap& tensors,
                                  const std::map<std::string, std::string>& metadata) {
   std::string header = SafetensorsHeaderJson(tensors, metadata);
@@ -389,7 +404,9 @@ Result<Message> DecodeMessage(const Buffer& frame, const DecodeLimits& limits) {
   std::span<const uint8_t> header(frame.data() + kFramePrefixSize, p.header_len);
   if (Checksum(header) != p.header_checksum) return Corrupt("message header checksum mismatch");
   Buffer payload = frame.SliceUnchecked(p.payload_offset(), p.payload_len);
-  if (limits.verify_checksum && Checksum(payload.span()) != p.payload_checksum) {
+  if (limits.verify_checksum &&
+      (limits.payload_checksum ? *limits.payload_checksum : Checksum(payload.span())) !=
+          p.payload_checksum) {
     return Corrupt("payload checksum mismatch: the message was damaged in transit");
   }
   Message m;

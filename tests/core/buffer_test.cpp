@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 
 #include <cstring>
 #include <fstream>
@@ -122,6 +123,68 @@ TEST(Buffer, MapsFiles) {
   ::unlink(path.c_str());
   EXPECT_EQ(b->view(), "mapped bytes");  // the mapping survives the unlink
   EXPECT_EQ(Buffer::MapFile(path).status().code(), StatusCode::kNotFound);
+}
+
+// A pool reuses only storage marked for recycling, within its byte budget,
+// and gives idle storage back to the kernel once it is older than its age.
+TEST(BufferPool, ReusesRecycledStorageOnly) {
+  constexpr uint64_t kMiB = 1ull << 20;
+  BufferPool pool(40 * kMiB, std::chrono::milliseconds(0));
+  const uint8_t* first = nullptr;
+  {
+    auto b = pool.Allocate(16 * kMiB);
+    ASSERT_TRUE(b.ok());
+    first = b->data();
+    BufferPool::Recycle(*b);
+    EXPECT_EQ(pool.idle_bytes(), 0u);
+  }
+  EXPECT_EQ(pool.idle_bytes(), 16 * kMiB);
+  const uint64_t live = Buffer::LiveAllocatedBytes();
+  {
+    auto again = pool.Allocate(12 * kMiB);  // fits, and not under half of it
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->data(), first);
+    EXPECT_EQ(again->size(), 12 * kMiB);
+    EXPECT_EQ(pool.idle_bytes(), 0u);
+    EXPECT_EQ(Buffer::LiveAllocatedBytes(), live + 16 * kMiB);
+    // Not marked: unmapped when it dies.
+  }
+  EXPECT_EQ(pool.idle_bytes(), 0u);
+  EXPECT_EQ(Buffer::LiveAllocatedBytes(), live);
+  {
+    auto big = pool.Allocate(48 * kMiB);  // over the budget: never kept
+    ASSERT_TRUE(big.ok());
+    BufferPool::Recycle(*big);
+    auto small = pool.Allocate(100);  // below 8 MiB: a plain Buffer
+    ASSERT_TRUE(small.ok());
+    BufferPool::Recycle(*small);
+  }
+  EXPECT_EQ(pool.idle_bytes(), 0u);
+  {
+    auto b = pool.Allocate(8 * kMiB);
+    ASSERT_TRUE(b.ok());
+    BufferPool::Recycle(*b);
+  }
+  EXPECT_EQ(pool.idle_bytes(), 8 * kMiB);
+  {
+    auto tiny = pool.Allocate(3 * kMiB);  // not pooled; leaves the idle one alone
+    ASSERT_TRUE(tiny.ok());
+  }
+  EXPECT_EQ(pool.idle_bytes(), 8 * kMiB);
+  pool.Trim();  // age 0: everything idle goes
+  EXPECT_EQ(pool.idle_bytes(), 0u);
+}
+
+TEST(BufferPool, BuffersMayOutliveThePool) {
+  Buffer kept;
+  {
+    BufferPool pool(64ull << 20, std::chrono::seconds(10));
+    auto b = pool.Allocate(9ull << 20);
+    ASSERT_TRUE(b.ok());
+    BufferPool::Recycle(*b);
+    kept = *b;
+  }
+  kept.mutable_data()[0] = 1;  // still mapped; unmapped when `kept` dies
 }
 
 }  // namespace

@@ -111,8 +111,8 @@ TEST(Codec, PrefixAnnouncesFrameSize) {
 
 // ---- every decode failure is a clear Status ----
 
-void ExpectCorrupt(const Buffer& b, const std::string& needle) {
-  auto d = DecodeMessage(b);
+void ExpectCorrupt(const Buffer& b, const std::string& needle, const DecodeLimits& limits = {}) {
+  auto d = DecodeMessage(b, limits);
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), StatusCode::kCorrupt) << d.status().ToString();
   EXPECT_NE(d.status().message().find(needle), std::string::npos) << d.status().ToString();
@@ -171,6 +171,23 @@ TEST(CodecErrors, ChecksumMismatch) {
   DecodeLimits no_verify;
   no_verify.verify_checksum = false;
   EXPECT_TRUE(DecodeMessage(copy, no_verify).ok());
+}
+
+// A checksum computed while the bytes arrived replaces the second pass: a
+// wrong one is a mismatch, the right one decodes.
+TEST(CodecErrors, PrecomputedChecksumIsCompared) {
+  EncodedFrame f = EncodeMessage(Sample());
+  Buffer flat = *f.bytes.Flatten();
+  ChecksumStream pieces;
+  const uint64_t half = f.payload_offset + (flat.size() - f.payload_offset) / 2;
+  pieces.Update(flat.span().subspan(f.payload_offset, half - f.payload_offset));
+  pieces.Update(flat.span().subspan(half));
+  EXPECT_EQ(pieces.Digest(), f.payload_checksum);
+  DecodeLimits known;
+  known.payload_checksum = pieces.Digest();
+  EXPECT_TRUE(DecodeMessage(flat, known).ok());
+  known.payload_checksum = pieces.Digest() ^ 1;
+  ExpectCorrupt(flat, "checksum", known);
 }
 
 // Builds a safetensors payload from a raw header string and data size.

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -53,6 +55,10 @@ struct DecodeLimits {
   uint64_t max_payload_bytes = 1ull << 42;
   uint64_t max_tensors = 1u << 20;
   bool verify_checksum = true;
+  // The payload's XXH3-64 if the caller computed it already (a receiver
+  // hashing chunks as they arrive): compared with the prefix's instead of
+  // hashing the payload a second time.
+  std::optional<uint64_t> payload_checksum;
 };
 
 // Tensors in payload order: by element size (largest first), then by name,
@@ -67,6 +73,21 @@ Result<TensorMap> DecodeSafetensors(const Buffer& payload, const DecodeLimits& l
 // XXH3-64 over a gather list / a contiguous span.
 uint64_t Checksum(const GatherList& bytes);
 uint64_t Checksum(std::span<const uint8_t> bytes);
+
+// XXH3-64 of bytes fed in pieces; equals Checksum() over their concatenation.
+class ChecksumStream {
+ public:
+  ChecksumStream();
+  ~ChecksumStream();
+  ChecksumStream(ChecksumStream&&) noexcept;
+  ChecksumStream& operator=(ChecksumStream&&) noexcept;
+  void Update(std::span<const uint8_t> bytes);
+  uint64_t Digest() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 EncodedFrame EncodeMessage(const Message& message);
 Result<Message> DecodeMessage(const Buffer& frame, const DecodeLimits& limits = {});

@@ -1,6 +1,9 @@
 #include "transport/grpc/grpc_transport.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/rpc_method.h>
+#include <grpcpp/impl/rpc_service_method.h>
+#include <grpcpp/support/method_handler.h>
 
 #include <algorithm>
 #include <atomic>
@@ -11,10 +14,10 @@
 #include <thread>
 
 #include "transport/builtin.h"
-#include "transport/grpc/link.grpc.pb.h"
 #include "transport/grpc/link.h"
 #include "transport/grpc/options.h"
 #include "transport/grpc/unary_transport.h"
+#include "transport/grpc/wire.h"
 
 namespace xsilo {
 
@@ -24,8 +27,16 @@ using grpclink::Arrival;
 using grpclink::Clock;
 using grpclink::Frame;
 using grpclink::GrpcOptions;
+using grpclink::Incoming;
 using grpclink::PeerLink;
 using grpclink::StreamSlot;
+
+// Connect streams carry raw ByteBuffers: chunk bytes go out as slices of
+// the message's Buffers and come in as views of gRPC's receive slices
+// (wire.h). The bytes on the wire are the protobuf Frames of link.proto.
+using RawStream = grpc::ServerReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
+using RawClientStream = grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>;
+constexpr char kConnectMethod[] = "/xsilo.grpclink.Link/Connect";
 
 // Largest chunk frame accepted on the wire: the largest chunk_bytes plus
 // room for the other fields.
@@ -123,6 +134,8 @@ class GrpcTransport final : public Transport {
  public:
   GrpcTransport(const TransportOptions& options, GrpcOptions g)
       : Transport(options), g_(std::move(g)) {
+    if (g_.recycle_bytes > 0)
+      pool_ = std::make_shared<BufferPool>(g_.recycle_bytes, std::chrono::seconds(5));
     links_.resize(static_cast<size_t>(options_.world_size));
     for (int32_t p = 0; p < options_.world_size; ++p) {
       if (p == rank() || (rank() != 0 && p != 0)) continue;
@@ -131,6 +144,7 @@ class GrpcTransport final : public Transport {
       c.chunk_bytes = g_.chunk_bytes;
       c.window_bytes = g_.window_bytes;
       c.limits.max_message_bytes = options_.max_message_bytes;
+      c.pool = pool_;
       c.sink = [this](Arrival a) { QueueArrival(std::move(a)); };
       links_[static_cast<size_t>(p)] = std::make_unique<PeerLink>(std::move(c));
     }
@@ -235,7 +249,7 @@ class GrpcTransport final : public Transport {
   }
 
   // gRPC service entry: one client stream, on a gRPC server thread.
-  grpc::Status Serve(grpc::ServerContext* ctx, grpc::ServerReaderWriter<Frame, Frame>* rw);
+  grpc::Status Serve(grpc::ServerContext* ctx, RawStream* rw);
 
  private:
   Status Usable() {
@@ -268,6 +282,7 @@ class GrpcTransport final : public Transport {
   }
 
   const GrpcOptions g_;
+  std::shared_ptr<BufferPool> pool_;              // receive buffers; null if recycle_bytes=0
   std::vector<std::unique_ptr<PeerLink>> links_;  // by rank; null for self / unreachable
 
   std::mutex mu_;
@@ -277,12 +292,12 @@ class GrpcTransport final : public Transport {
   std::atomic<bool> draining_{false};  // Stop is draining: the client does not reconnect
 
   // Server.
-  std::unique_ptr<grpclink::Link::Service> service_;
+  std::unique_ptr<grpc::Service> service_;
   std::unique_ptr<grpc::Server> server_;
 
   // Client.
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
-  std::vector<std::unique_ptr<grpclink::Link::Stub>> stubs_;
+  std::vector<std::unique_ptr<grpc::internal::RpcMethod>> connect_;  // per channel
   std::thread session_thread_;
   bool first_session_up_ = false;  // guarded by mu_
   Status session_error_;           // last failure to establish a session; guarded by mu_
@@ -294,17 +309,53 @@ class GrpcTransport final : public Transport {
   std::thread delivery_thread_, janitor_thread_;
 };
 
-class LinkService final : public grpclink::Link::Service {
+// The Link service's Connect method over raw ByteBuffers (what the
+// generated Link::Service registers, with Frame in place of ByteBuffer).
+class LinkService final : public grpc::Service {
  public:
-  explicit LinkService(GrpcTransport* t) : t_(t) {}
-  grpc::Status Connect(grpc::ServerContext* ctx,
-                       grpc::ServerReaderWriter<Frame, Frame>* rw) override {
-    return t_->Serve(ctx, rw);
+  explicit LinkService(GrpcTransport* t) {
+    AddMethod(new grpc::internal::RpcServiceMethod(
+        kConnectMethod, grpc::internal::RpcMethod::BIDI_STREAMING,
+        new grpc::internal::BidiStreamingHandler<GrpcTransport, grpc::ByteBuffer, grpc::ByteBuffer>(
+            [](GrpcTransport* transport, grpc::ServerContext* ctx, RawStream* rw) {
+              return transport->Serve(ctx, rw);
+            },
+            t)));
   }
-
- private:
-  GrpcTransport* t_;
 };
+
+// Both ends of a stream write the same way.
+template <typename Stream>
+void SetWriters(StreamSlot* slot, Stream* rw) {
+  slot->write = [rw](const Frame& f) { return rw->Write(grpclink::FrameToByteBuffer(f)); };
+  slot->write_chunk = [rw](const grpclink::ChunkOut& c) {
+    return rw->Write(grpclink::ChunkToByteBuffer(c));
+  };
+}
+
+// Reads frames into `link` until the stream ends; false on a protocol
+// violation.
+template <typename Stream>
+bool ReadFrames(Stream* rw, PeerLink& link, StreamSlot* slot) {
+  grpc::ByteBuffer bytes;
+  Incoming in;
+  while (rw->Read(&bytes)) {
+    if (!grpclink::ParseIncoming(bytes, &in)) return false;
+    bytes.Clear();
+    if (!(in.is_chunk ? link.OnChunk(slot, in.chunk) : link.OnFrame(slot, in.frame))) return false;
+  }
+  return true;
+}
+
+// One frame, or false when the stream ended or it was not a Frame.
+template <typename Stream>
+bool ReadFrame(Stream* rw, Frame* frame) {
+  grpc::ByteBuffer bytes;
+  Incoming in;
+  if (!rw->Read(&bytes) || !grpclink::ParseIncoming(bytes, &in) || in.is_chunk) return false;
+  *frame = std::move(in.frame);
+  return true;
+}
 
 // Clean stop (docs/transport-grpc.md, "Stop"): every link refuses the
 // peer's chunks from now on, waits for the outcomes of our messages and
@@ -389,40 +440,33 @@ Status GrpcTransport::CheckHello(const grpclink::Hello& h) const {
   return Status::OK();
 }
 
-grpc::Status GrpcTransport::Serve(grpc::ServerContext* ctx,
-                                  grpc::ServerReaderWriter<Frame, Frame>* rw) {
+grpc::Status GrpcTransport::Serve(grpc::ServerContext* ctx, RawStream* rw) {
   Frame in;
-  if (!rw->Read(&in) || !in.has_hello())
+  if (!ReadFrame(rw, &in) || !in.has_hello())
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "expected a Hello frame first");
   const grpclink::Hello hello = in.hello();
   Status ok = CheckHello(hello);
   PeerLink* link = ok.ok() ? links_[static_cast<size_t>(hello.rank())].get() : nullptr;
   StreamSlot slot;
   slot.index = hello.stream_index();
-  slot.write = [rw](const Frame& f) { return rw->Write(f); };
+  SetWriters(&slot, rw);
   slot.cancel = [ctx] { ctx->TryCancel(); };
   if (ok.ok()) ok = link->Attach(hello.session(), hello.stream_count(), &slot);
   Frame ack;
   ack.mutable_hello_ack()->set_code(static_cast<int32_t>(ok.code()));
   if (!ok.ok()) {
     ack.mutable_hello_ack()->set_error(ok.message());
-    rw->Write(ack);
+    rw->Write(grpclink::FrameToByteBuffer(ack));
     if (!stopping()) Log("refused a client stream from " + ctx->peer() + ": " + ok.ToString());
     return grpc::Status(ToGrpc(ok.code()), ok.message());
   }
-  if (!rw->Write(ack)) {
+  if (!rw->Write(grpclink::FrameToByteBuffer(ack))) {
     link->Break(slot.session, Unavailable("client went away during the handshake"));
     link->Detach(&slot);
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "handshake write failed");
   }
   std::thread writer([link, &slot] { link->WriterLoop(&slot); });
-  bool violation = false;
-  while (rw->Read(&in)) {
-    if (!link->OnFrame(&slot, in)) {
-      violation = !stopping();
-      break;
-    }
-  }
+  const bool violation = !ReadFrames(rw, *link, &slot) && !stopping();
   if (violation) Log("protocol violation from peer " + std::to_string(hello.rank()));
   link->Break(slot.session, Unavailable("connection to peer " + std::to_string(hello.rank()) +
                                         " lost before delivery was confirmed"));
@@ -464,7 +508,8 @@ Status GrpcTransport::StartClient() {
     if (!g_.tls_server_name.empty()) args.SetSslTargetNameOverride(g_.tls_server_name);
     auto ch = grpc::CreateCustomChannel(options_.address, creds, args);
     channels_.push_back(ch);
-    stubs_.push_back(grpclink::Link::NewStub(ch));
+    connect_.push_back(std::make_unique<grpc::internal::RpcMethod>(
+        kConnectMethod, grpc::internal::RpcMethod::BIDI_STREAMING, ch));
   }
   StartWorkers();
   session_thread_ = std::thread([this] { SessionLoop(); });
@@ -525,7 +570,7 @@ Status GrpcTransport::RunSession(bool* was_up) {
   struct ClientStream {
     StreamSlot slot;
     grpc::ClientContext ctx;
-    std::unique_ptr<grpc::ClientReaderWriter<Frame, Frame>> rw;
+    std::unique_ptr<RawClientStream> rw;
     std::thread reader, writer;
   };
   std::vector<std::unique_ptr<ClientStream>> cs;
@@ -553,7 +598,9 @@ Status GrpcTransport::RunSession(bool* was_up) {
   Status failure;
   for (int i = 0; i < n && failure.ok(); ++i) {
     ClientStream& c = *cs[static_cast<size_t>(i)];
-    c.rw = stubs_[static_cast<size_t>(i)]->Connect(&c.ctx);
+    c.rw.reset(
+        grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+            channels_[static_cast<size_t>(i)].get(), *connect_[static_cast<size_t>(i)], &c.ctx));
     Frame hello;
     auto* h = hello.mutable_hello();
     h->set_rank(rank());
@@ -562,12 +609,13 @@ Status GrpcTransport::RunSession(bool* was_up) {
     h->set_stream_index(i);
     h->set_stream_count(n);
     h->set_token(g_.token);
-    if (!c.rw->Write(hello)) failure = Unavailable("stream " + std::to_string(i) + " closed");
+    if (!c.rw->Write(grpclink::FrameToByteBuffer(hello)))
+      failure = Unavailable("stream " + std::to_string(i) + " closed");
   }
   for (int i = 0; i < n && failure.ok(); ++i) {
     ClientStream& c = *cs[static_cast<size_t>(i)];
     Frame ack;
-    if (!c.rw->Read(&ack)) {
+    if (!ReadFrame(c.rw.get(), &ack)) {
       failure = Unavailable("stream " + std::to_string(i) + " closed during the handshake");
     } else if (!ack.has_hello_ack()) {
       failure = Internal("server answered Hello with something else");
@@ -589,7 +637,7 @@ Status GrpcTransport::RunSession(bool* was_up) {
     for (int i = 0; i < n && failure.ok(); ++i) {
       ClientStream& c = *cs[static_cast<size_t>(i)];
       c.slot.index = i;
-      c.slot.write = [&c](const Frame& f) { return c.rw->Write(f); };
+      SetWriters(&c.slot, c.rw.get());
       c.slot.cancel = [&c] { c.ctx.TryCancel(); };
       failure = link.Attach(session, n, &c.slot);
     }
@@ -600,10 +648,7 @@ Status GrpcTransport::RunSession(bool* was_up) {
       ClientStream* c = up.get();
       c->writer = std::thread([&link, c] { link.WriterLoop(&c->slot); });
       c->reader = std::thread([&link, c, session] {
-        Frame in;
-        while (c->rw->Read(&in)) {
-          if (!link.OnFrame(&c->slot, in)) break;
-        }
+        ReadFrames(c->rw.get(), link, &c->slot);
         link.Break(session,
                    Unavailable("connection to the server lost before delivery was confirmed"));
       });
@@ -649,6 +694,7 @@ void GrpcTransport::DeliveryLoop() {
     }
     Status s = a.message.status;
     if (s.ok()) {
+      limits.payload_checksum = a.message.payload_checksum;
       auto m = DecodeMessage(a.message.frame, limits);
       a.message.frame = Buffer();
       if (!m.ok()) {
@@ -676,6 +722,7 @@ void GrpcTransport::JanitorLoop() {
     for (auto& l : links_) {
       if (l) l->ExpireQueued(options_.connect_timeout);
     }
+    if (pool_) pool_->Trim();
     lock.lock();
   }
 }

@@ -25,7 +25,7 @@ Status AckStatus(const Ack& a) {
 }  // namespace
 
 PeerLink::PeerLink(LinkConfig config)
-    : config_(std::move(config)), reassembler_(config_.limits, 1) {}
+    : config_(std::move(config)), reassembler_(config_.limits, 1, config_.pool) {}
 
 void PeerLink::Fire(Failures& failures) {
   for (auto& [cb, s] : failures) {
@@ -86,7 +86,7 @@ Status PeerLink::Attach(uint64_t session, int stream_count, StreamSlot* slot) {
       attached_ = 0;
       goodbyes_heard_ = 0;
       slots_.assign(static_cast<size_t>(stream_count), nullptr);
-      reassembler_ = Reassembler(config_.limits, stream_count);
+      reassembler_ = Reassembler(config_.limits, stream_count, config_.pool);
       in_flight_ = 0;
       next_id_ = 1;
       owed_credit_ = 0;
@@ -191,7 +191,7 @@ uint64_t PeerLink::StripeChunkLocked() const {
 }
 
 void PeerLink::WriterLoop(StreamSlot* slot) {
-  Frame data_frame, control_frame;  // kept apart so the chunk buffer is reused
+  Frame control_frame;
   for (;;) {
     std::shared_ptr<Outgoing> msg;
     uint64_t offset = 0, len = 0;
@@ -227,15 +227,9 @@ void PeerLink::WriterLoop(StreamSlot* slot) {
     }
     bool ok;
     if (msg) {
-      Chunk* c = data_frame.mutable_chunk();
-      c->set_message_id(msg->id);
-      c->set_offset(offset);
-      c->set_total(msg->frame->bytes.size);
-      std::string* d = c->mutable_data();
-      d->resize(len);
-      msg->frame->bytes.CopyRange(offset, len, reinterpret_cast<uint8_t*>(d->data()));
+      ChunkOut chunk{msg->id, offset, len, msg->frame};
       msg.reset();
-      ok = slot->write(data_frame);
+      ok = slot->write_chunk(chunk);
     } else {
       ok = slot->write(control_frame);
     }
@@ -252,38 +246,43 @@ void PeerLink::WriterLoop(StreamSlot* slot) {
   }
 }
 
+bool PeerLink::OnChunk(StreamSlot* slot, const ChunkIn& c) {
+  std::vector<Reassembled> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (slot->dead || slot->session != session_ || slot->heard_goodbye) return false;
+    uint64_t size = 0;
+    for (const auto& piece : c.pieces) size += piece.size();
+    if (draining_) {
+      RefuseWhileDrainingLocked(c.message_id, size);
+      cv_.notify_all();
+      return true;
+    }
+    Status s = reassembler_.OnChunk(slot->index, c.message_id, c.offset, c.total, c.pieces, &ready);
+    owed_credit_ += size;
+    if (!s.ok()) control_.push_back(OutcomeAck(c.message_id, s));
+    for (auto& r : ready) {
+      ++undelivered_;
+      config_.sink(Arrival{this, session_, std::move(r)});
+    }
+    const uint64_t threshold = std::max<uint64_t>(config_.window_bytes / 4, 1);
+    if (undelivered_ == 0 && owed_credit_ >= threshold) {
+      Ack a;
+      a.set_credit(owed_credit_);
+      owed_credit_ = 0;
+      control_.push_back(std::move(a));
+    }
+  }
+  cv_.notify_all();
+  return true;
+}
+
 bool PeerLink::OnFrame(StreamSlot* slot, const Frame& frame) {
   if (frame.has_chunk()) {
     const Chunk& c = frame.chunk();
-    std::vector<Reassembled> ready;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (slot->dead || slot->session != session_ || slot->heard_goodbye) return false;
-      const auto& d = c.data();
-      if (draining_) {
-        RefuseWhileDrainingLocked(c.message_id(), d.size());
-        cv_.notify_all();
-        return true;
-      }
-      Status s = reassembler_.OnChunk(
-          slot->index, c.message_id(), c.offset(), c.total(),
-          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(d.data()), d.size()), &ready);
-      owed_credit_ += d.size();
-      if (!s.ok()) control_.push_back(OutcomeAck(c.message_id(), s));
-      for (auto& r : ready) {
-        ++undelivered_;
-        config_.sink(Arrival{this, session_, std::move(r)});
-      }
-      const uint64_t threshold = std::max<uint64_t>(config_.window_bytes / 4, 1);
-      if (undelivered_ == 0 && owed_credit_ >= threshold) {
-        Ack a;
-        a.set_credit(owed_credit_);
-        owed_credit_ = 0;
-        control_.push_back(std::move(a));
-      }
-    }
-    cv_.notify_all();
-    return true;
+    ChunkIn chunk{c.message_id(), c.offset(), c.total(), {}};
+    chunk.pieces.emplace_back(reinterpret_cast<const uint8_t*>(c.data().data()), c.data().size());
+    return OnChunk(slot, chunk);
   }
   if (frame.has_ack()) {
     const Ack& a = frame.ack();

@@ -29,12 +29,31 @@ namespace xsilo::grpclink {
 
 using Clock = std::chrono::steady_clock;
 
-// One bidirectional stream as a link sees it. `write` runs on the stream's
-// writer thread only; `cancel` may run on any thread and must not block.
+// A chunk to write: bytes [offset, offset + length) of `frame`, sent from
+// the frame's own Buffers (wire.h), which it keeps alive.
+struct ChunkOut {
+  uint64_t message_id = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  std::shared_ptr<const EncodedFrame> frame;
+};
+
+// A chunk read: its bytes are views into the stream's receive buffers.
+struct ChunkIn {
+  uint64_t message_id = 0;
+  uint64_t offset = 0;
+  uint64_t total = 0;
+  std::vector<std::span<const uint8_t>> pieces;
+};
+
+// One bidirectional stream as a link sees it. `write` and `write_chunk` run
+// on the stream's writer thread only; `cancel` may run on any thread and
+// must not block.
 struct StreamSlot {
   int index = 0;
   uint64_t session = 0;
   std::function<bool(const Frame&)> write;
+  std::function<bool(const ChunkOut&)> write_chunk;
   std::function<void()> cancel;
   // Guarded by the owning link's mutex.
   bool dead = false;
@@ -65,6 +84,8 @@ struct LinkConfig {
   uint64_t chunk_bytes = 4ull << 20;
   uint64_t window_bytes = 32ull << 20;
   ReassemblyLimits limits;
+  // Where message buffers come from (null: Buffer::Allocate).
+  std::shared_ptr<BufferPool> pool;
   // Receives finished messages in order; called with the link's mutex held,
   // so it must only queue.
   std::function<void(Arrival)> sink;
@@ -106,6 +127,7 @@ class PeerLink {
   // Handles one frame read from `slot`; false on a protocol violation
   // (the caller ends the stream).
   bool OnFrame(StreamSlot* slot, const Frame& frame);
+  bool OnChunk(StreamSlot* slot, const ChunkIn& chunk);
   // The delivery thread reports the outcome of an arrival.
   void OnDelivered(uint64_t session, uint64_t message_id, const Status& outcome);
 

@@ -18,7 +18,7 @@ Result<GrpcOptions> ParseGrpcOptions(const TransportOptions& o) {
   XSILO_RETURN_IF_ERROR(
       CheckBackendKeys(o, {"mode", "chunk_bytes", "window_bytes", "streams", "tls_ca", "tls_cert",
                            "tls_key", "tls_server_name", "token", "keepalive_ms",
-                           "initial_backoff_ms", "max_backoff_ms", "drain_ms"}));
+                           "initial_backoff_ms", "max_backoff_ms", "drain_ms", "recycle_bytes"}));
   GrpcOptions g;
   g.mode = BackendString(o, "mode", g.mode);
   if (g.mode != "stream" && g.mode != "unary")
@@ -26,6 +26,8 @@ Result<GrpcOptions> ParseGrpcOptions(const TransportOptions& o) {
   XSILO_ASSIGN_OR_RETURN(int64_t chunk, Ranged(o, "chunk_bytes", 1 << 20, 1 << 10, 64 << 20));
   XSILO_ASSIGN_OR_RETURN(int64_t window,
                          Ranged(o, "window_bytes", int64_t{32} << 20, 1, int64_t{1} << 40));
+  XSILO_ASSIGN_OR_RETURN(int64_t recycle,
+                         Ranged(o, "recycle_bytes", int64_t{512} << 20, 0, int64_t{1} << 40));
   XSILO_ASSIGN_OR_RETURN(int64_t streams, Ranged(o, "streams", 1, 1, 64));
   XSILO_ASSIGN_OR_RETURN(g.keepalive_ms, Ranged(o, "keepalive_ms", 20000, 10, 3600000));
   XSILO_ASSIGN_OR_RETURN(g.initial_backoff_ms, Ranged(o, "initial_backoff_ms", 100, 1, 600000));
@@ -33,6 +35,7 @@ Result<GrpcOptions> ParseGrpcOptions(const TransportOptions& o) {
   XSILO_ASSIGN_OR_RETURN(g.drain_ms, Ranged(o, "drain_ms", 5000, 0, 600000));
   g.chunk_bytes = static_cast<uint64_t>(chunk);
   g.window_bytes = static_cast<uint64_t>(window);
+  g.recycle_bytes = static_cast<uint64_t>(recycle);
   g.streams = static_cast<int>(streams);
   g.tls_ca = BackendString(o, "tls_ca", "");
   g.tls_cert = BackendString(o, "tls_cert", "");

@@ -13,15 +13,19 @@ struct GrpcOptions {
   // "stream" (default): chunked frames over a client-initiated bidi stream.
   // "unary": one unary call per message carrying the whole frame (baseline).
   std::string mode = "stream";
-  // Bytes of message per Chunk frame. Default 1 MiB; 1 KiB .. 64 MiB. Every
-  // writer (one per peer and stream) holds up to two chunks at once (the
-  // frame and gRPC's serialized copy), so with streams=N each stream sends
-  // chunks of chunk_bytes / N (at least 64 KiB): the sender's buffering per
-  // peer does not grow with N.
+  // Bytes of message per Chunk frame. Default 1 MiB; 1 KiB .. 64 MiB. Chunks
+  // are sent from the message's own Buffers (wire.h). With streams=N each
+  // stream sends chunks of chunk_bytes / N (at least 64 KiB).
   uint64_t chunk_bytes = 1ull << 20;
   // Bytes a sender may have sent to one peer that the peer has not yet
   // consumed. Default 32 MiB; at least 1 (a chunk may exceed it when alone).
   uint64_t window_bytes = 32ull << 20;
+  // Bytes of finished messages' buffers a receiver keeps for reuse after
+  // the messages were dropped, so that the next large message lands in
+  // memory that is already faulted in (core BufferPool; only messages of
+  // 8 MiB and more; idle buffers are unmapped after 5 s). Default 512 MiB;
+  // 0 = every buffer goes back to the kernel at once.
+  uint64_t recycle_bytes = 512ull << 20;
   // Parallel channels (each with its own stream and TCP connection) that a
   // client opens to the server; large messages are striped over them.
   // Default 1 (the paper's single-channel baseline); 1 .. 64.

@@ -13,8 +13,11 @@ std::string Id(uint64_t id) { return "message " + std::to_string(id); }
 constexpr size_t kFailedMemory = 256;
 }  // namespace
 
-Reassembler::Reassembler(ReassemblyLimits limits, int stream_count)
-    : limits_(limits), stream_last_(static_cast<size_t>(std::max(stream_count, 1)), 0) {}
+Reassembler::Reassembler(ReassemblyLimits limits, int stream_count,
+                         std::shared_ptr<BufferPool> pool)
+    : limits_(limits),
+      pool_(std::move(pool)),
+      stream_last_(static_cast<size_t>(std::max(stream_count, 1)), 0) {}
 
 uint64_t Reassembler::open_bytes() const {
   uint64_t n = 0;
@@ -63,8 +66,30 @@ void Reassembler::DropMissing() {
   }
 }
 
+void Reassembler::HashTo(Open& o, uint64_t end) {
+  const uint64_t from = std::max(o.hashed, o.payload_offset);
+  if (end > from) o.hash.Update(std::span<const uint8_t>(o.frame.data() + from, end - from));
+  o.hashed = end;
+}
+
+// Each block that extends the in-order prefix is hashed right after its
+// copy, while it is still in cache: no second pass over the message.
+void Reassembler::CopyIn(Open& o, uint64_t offset, ChunkPieces data) {
+  constexpr uint64_t kBlock = 256 << 10;
+  uint64_t at = offset;
+  for (std::span<const uint8_t> piece : data) {
+    while (!piece.empty()) {
+      const uint64_t n = std::min<uint64_t>(piece.size(), kBlock);
+      std::memcpy(o.frame.mutable_data() + at, piece.data(), n);
+      if (o.payload_offset != 0 && at == o.hashed) HashTo(o, at + n);
+      at += n;
+      piece = piece.subspan(n);
+    }
+  }
+}
+
 Status Reassembler::OnChunk(int stream, uint64_t id, uint64_t offset, uint64_t total,
-                            std::span<const uint8_t> data, std::vector<Reassembled>* ready) {
+                            ChunkPieces data, std::vector<Reassembled>* ready) {
   if (stream < 0 || static_cast<size_t>(stream) >= stream_last_.size()) {
     return InvalidArgument("chunk on unknown stream " + std::to_string(stream));
   }
@@ -94,7 +119,7 @@ Status Reassembler::OnChunk(int stream, uint64_t id, uint64_t offset, uint64_t t
       Fail(id, ResourceExhausted(Id(id) + ": already " + std::to_string(open_.size()) +
                                  " messages in assembly from this peer"));
     } else {
-      auto buf = Buffer::Allocate(total);
+      auto buf = pool_ ? pool_->Allocate(total) : Buffer::Allocate(total);
       if (!buf.ok()) {
         Fail(id, buf.status().WithContext(Id(id)));
       } else {
@@ -107,7 +132,8 @@ Status Reassembler::OnChunk(int stream, uint64_t id, uint64_t offset, uint64_t t
   }
   if (it != open_.end()) {
     Open& o = it->second;
-    const uint64_t len = data.size();
+    uint64_t len = 0;
+    for (const auto& piece : data) len += piece.size();
     if (total != o.total) {
       Fail(id, Corrupt(Id(id) + ": chunk announces total " + std::to_string(total) +
                        ", earlier chunks " + std::to_string(o.total)));
@@ -128,20 +154,29 @@ Status Reassembler::OnChunk(int stream, uint64_t id, uint64_t offset, uint64_t t
       } else {
         Status prefix;
         if (offset == 0 && len >= kFramePrefixSize) {
+          uint8_t head[kFramePrefixSize];
+          uint64_t got = 0;
+          for (auto piece = data.begin(); got < kFramePrefixSize; ++piece) {
+            const uint64_t n = std::min<uint64_t>(piece->size(), kFramePrefixSize - got);
+            std::memcpy(head + got, piece->data(), n);
+            got += n;
+          }
           DecodeLimits dl;
           dl.max_payload_bytes = limits_.max_message_bytes;
-          auto p = ParseFramePrefix(data.first(kFramePrefixSize), dl);
+          auto p = ParseFramePrefix(head, dl);
           if (!p.ok()) {
             prefix = p.status().WithContext(Id(id));
           } else if (p->frame_size() != o.total) {
             prefix = Corrupt(Id(id) + ": frame prefix says " + std::to_string(p->frame_size()) +
                              " bytes, chunks announce " + std::to_string(o.total));
+          } else {
+            o.payload_offset = p->payload_offset();
           }
         }
         if (!prefix.ok()) {
           Fail(id, prefix);
         } else {
-          std::memcpy(o.frame.mutable_data() + offset, data.data(), len);
+          CopyIn(o, offset, data);
           o.received += len;
           // Insert and merge with neighbours.
           uint64_t b = offset, e = end;
@@ -154,8 +189,15 @@ Status Reassembler::OnChunk(int stream, uint64_t id, uint64_t offset, uint64_t t
           } else {
             o.ranges.emplace(b, e);
           }
+          // Catch up over bytes that arrived ahead of a gap this chunk filled.
+          const auto first = o.ranges.begin();
+          if (o.payload_offset != 0 && first->first == 0 && first->second > o.hashed)
+            HashTo(o, first->second);
           if (o.received == o.total) {
-            done_[id] = Reassembled{id, std::move(o.frame), Status::OK()};
+            BufferPool::Recycle(o.frame);
+            std::optional<uint64_t> sum;
+            if (o.payload_offset != 0 && o.hashed == o.total) sum = o.hash.Digest();
+            done_[id] = Reassembled{id, std::move(o.frame), Status::OK(), sum};
             open_.erase(it);
           }
         }

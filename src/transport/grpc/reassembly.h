@@ -9,10 +9,13 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "xsilo/core/buffer.h"
+#include "xsilo/core/codec.h"
 #include "xsilo/core/status.h"
 
 namespace xsilo::grpclink {
@@ -32,18 +35,35 @@ struct Reassembled {
   uint64_t message_id = 0;
   Buffer frame;   // empty when dropped
   Status status;  // OK, or why the message was dropped
+  // XXH3-64 of the frame's payload, computed while the chunks came in (for
+  // DecodeLimits::payload_checksum); empty if the frame prefix did not
+  // arrive whole in the first chunk, and decoding hashes the payload then.
+  std::optional<uint64_t> payload_checksum;
 };
+
+// A chunk's bytes in order, possibly spread over several pieces of memory
+// (gRPC's receive slices).
+using ChunkPieces = std::span<const std::span<const uint8_t>>;
 
 class Reassembler {
  public:
-  Reassembler(ReassemblyLimits limits, int stream_count);
+  // Message buffers come from `pool` when given (a finished message's
+  // buffer goes back to it once the receiver drops the message; a dropped
+  // or partial one is unmapped), else from Buffer::Allocate.
+  Reassembler(ReassemblyLimits limits, int stream_count,
+              std::shared_ptr<BufferPool> pool = nullptr);
 
   // Accepts one chunk that arrived on `stream` (0-based, < stream_count).
   // Appends messages that became deliverable to `ready`, in id order. A
   // non-OK return describes a chunk that could not even be attributed to a
   // tracked message (its id is stale or far ahead); it changes no state.
+  Status OnChunk(int stream, uint64_t message_id, uint64_t offset, uint64_t total, ChunkPieces data,
+                 std::vector<Reassembled>* ready);
   Status OnChunk(int stream, uint64_t message_id, uint64_t offset, uint64_t total,
-                 std::span<const uint8_t> data, std::vector<Reassembled>* ready);
+                 std::span<const uint8_t> data, std::vector<Reassembled>* ready) {
+    const std::span<const uint8_t> one[1] = {data};
+    return OnChunk(stream, message_id, offset, total, ChunkPieces(one), ready);
+  }
 
   // Frees every partial message (a disconnect); ids restart at 1.
   void Reset();
@@ -58,13 +78,22 @@ class Reassembler {
     uint64_t received = 0;
     Buffer frame;
     std::map<uint64_t, uint64_t> ranges;  // begin -> end, merged, disjoint
+    // The payload is hashed in order as bytes arrive: [0, hashed) is in and
+    // its payload part hashed. payload_offset is 0 until the prefix came.
+    uint64_t payload_offset = 0;
+    uint64_t hashed = 0;
+    ChecksumStream hash;
   };
+
+  static void CopyIn(Open& o, uint64_t offset, ChunkPieces data);
+  static void HashTo(Open& o, uint64_t end);
 
   void Fail(uint64_t id, Status why);
   void Release(std::vector<Reassembled>* ready);
   void DropMissing();
 
   ReassemblyLimits limits_;
+  std::shared_ptr<BufferPool> pool_;
   std::map<uint64_t, Open> open_;
   std::map<uint64_t, Reassembled> done_;  // finished, waiting for earlier ids
   std::vector<uint64_t> stream_last_;     // highest id seen on each stream

@@ -52,6 +52,49 @@ TEST(Reassembly, StripedOutOfOrderChunksAndMessagesReleaseInIdOrder) {
   EXPECT_TRUE(ready[0].status.ok() && ready[1].status.ok());
 }
 
+// The payload checksum is computed while chunks arrive, whatever their
+// order and however each chunk is split into pieces, and equals the one the
+// sender put in the prefix. Without the prefix whole in the first chunk
+// there is none, and decoding hashes the payload itself.
+TEST(Reassembly, PayloadChecksumIsComputedOnTheWayIn) {
+  Buffer f = FrameBytes(700000, 5);
+  auto prefix = ParseFramePrefix(f.span());
+  ASSERT_TRUE(prefix.ok());
+  const uint64_t third = f.size() / 3;
+  std::vector<Reassembled> ready;
+  {
+    Reassembler r({}, 1);
+    for (uint64_t off = 0; off < f.size(); off += 65536) {
+      const uint64_t len = std::min<uint64_t>(65536, f.size() - off);
+      const std::span<const uint8_t> pieces[3] = {Piece(f, off, 7), Piece(f, off + 7, len / 2 - 7),
+                                                  Piece(f, off + len / 2, len - len / 2)};
+      ASSERT_TRUE(r.OnChunk(0, 1, off, f.size(), ChunkPieces(pieces), &ready).ok());
+    }
+  }
+  {
+    Reassembler r({}, 2);  // the tail first, then the head fills the gap
+    ASSERT_TRUE(
+        r.OnChunk(1, 1, 2 * third, f.size(), Piece(f, 2 * third, f.size() - 2 * third), &ready)
+            .ok());
+    ASSERT_TRUE(r.OnChunk(0, 1, 0, f.size(), Piece(f, 0, third), &ready).ok());
+    ASSERT_TRUE(r.OnChunk(1, 1, third, f.size(), Piece(f, third, third), &ready).ok());
+  }
+  {
+    Reassembler r({}, 1);  // a first chunk shorter than the prefix
+    ASSERT_TRUE(r.OnChunk(0, 1, 0, f.size(), Piece(f, 0, 16), &ready).ok());
+    ASSERT_TRUE(r.OnChunk(0, 1, 16, f.size(), Piece(f, 16, f.size() - 16), &ready).ok());
+  }
+  ASSERT_EQ(ready.size(), 3u);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(ready[i].status.ok());
+    ASSERT_TRUE(ready[i].payload_checksum.has_value()) << i;
+    EXPECT_EQ(*ready[i].payload_checksum, prefix->payload_checksum) << i;
+    EXPECT_EQ(std::memcmp(ready[i].frame.data(), f.data(), f.size()), 0) << i;
+  }
+  EXPECT_FALSE(ready[2].payload_checksum.has_value());
+  EXPECT_TRUE(DecodeMessage(ready[2].frame).ok());
+}
+
 TEST(Reassembly, ChunkBeyondTotalDropsTheMessage) {
   Buffer f = FrameBytes(4000, 4);
   Reassembler r({}, 1);
