@@ -9,13 +9,14 @@ namespace {
 constexpr auto kPingTimeout = std::chrono::seconds(10);
 }  // namespace
 
-void AutoRouter::OnRtt(int32_t peer, double seconds) {
+void AutoRouter::OnRtt(int32_t peer, double seconds, Clock::time_point at) {
   std::lock_guard<std::mutex> lock(mu_);
   Peer& p = PeerLocked(peer);
   p.rtts.push_back(seconds);
   while (p.rtts.size() > kRttWindow) p.rtts.pop_front();
-  p.estimator.AddRtt(Clock::now(), *std::min_element(p.rtts.begin(), p.rtts.end()));
+  p.estimator.AddRtt(at, *std::min_element(p.rtts.begin(), p.rtts.end()));
   p.ping_out = false;
+  p.last_pong = at;
   ++p.pongs;
 }
 
@@ -73,7 +74,7 @@ bool AutoRouter::WantsPing(int32_t peer, Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mu_);
   Peer& p = PeerLocked(peer);
   if (p.ping_out && now - p.ping_sent < kPingTimeout) return false;
-  if (p.pongs < kStartEchoes) return true;
+  if (p.pongs < kStartEchoes || now - p.last_pong > kEchoInterval) return true;
   const std::string why = p.estimator.RemeasureReason(now);
   // A missing parallel probe is learned from store transfers, not echoes.
   if (why.empty() || why == kNoParallelProbe) return false;

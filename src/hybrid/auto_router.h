@@ -29,9 +29,10 @@ class AutoRouter {
   explicit AutoRouter(AutoPolicyOptions policy) : policy_(policy) {}
 
   // An echo's round trip. The estimator is fed the least of the last
-  // kRttWindow echoes: an echo through both parties' transport threads
-  // carries their scheduling delays, the least one is the link.
-  void OnRtt(int32_t peer, double seconds);
+  // kRttWindow echoes: an echo through both parties' transport threads (and
+  // behind a message on the same stream) carries their delays, the least
+  // one is the link.
+  void OnRtt(int32_t peer, double seconds, Clock::time_point at = Clock::now());
   void OnTransfer(int32_t peer, uint64_t bytes, double seconds, int streams);
 
   // The path for `bytes` to `peers`: a broadcast goes by its slowest known
@@ -44,8 +45,9 @@ class AutoRouter {
 
   // True when `peer`'s link should be measured (again) and no echo is out
   // to it: fewer than kStartEchoes answered (the first round trip includes
-  // setting up the connection, the later ones replace it as a change), a
-  // change detected, or stale. The caller sends one and reports PingSent.
+  // setting up the connection, the later ones replace it as a change), the
+  // last answer older than kEchoInterval, a change detected, or stale. The
+  // caller (before each message) sends one and reports PingSent.
   bool WantsPing(int32_t peer, Clock::time_point now);
   void PingSent(int32_t peer, Clock::time_point now);
 
@@ -59,12 +61,16 @@ class AutoRouter {
   static constexpr uint64_t kProbeMinBytes = 1ull << 20;
   // Largest message sent inline to learn the one-stream rate.
   static constexpr uint64_t kInlineProbeMaxBytes = 16ull << 20;
-  static constexpr size_t kRttWindow = 5;
+  static constexpr size_t kRttWindow = 3;
+  // While messages flow, an echo goes at most this often, so that a link
+  // that got slower shows in the round trip (and flushes the window).
+  static constexpr std::chrono::milliseconds kEchoInterval{1000};
   struct Peer {
     LinkEstimator estimator;
     Clock::time_point ping_sent{};
     bool ping_out = false;
     int pongs = 0;
+    Clock::time_point last_pong{};
     std::deque<double> rtts;  // the last kRttWindow echoes
   };
   Peer& PeerLocked(int32_t peer) { return peers_[peer]; }

@@ -99,16 +99,41 @@ TEST(AutoRouter, FiveEchoesGoOneAtATimeAndReplaceASlowFirstOne) {
     r.PingSent(1, now);
     ++sent;
     EXPECT_FALSE(r.WantsPing(1, now)) << "one echo out at a time";
-    r.OnRtt(1, rtt);
+    r.OnRtt(1, rtt, now);
   }
   EXPECT_EQ(sent, 5);
   // The change from the first figure asks for one more.
   ASSERT_TRUE(r.WantsPing(1, now));
   r.PingSent(1, now);
-  r.OnRtt(1, 0.0003);
-  EXPECT_FALSE(r.WantsPing(1, now)) << "a known round trip needs no more echoes";
+  r.OnRtt(1, 0.0003, now);
+  EXPECT_FALSE(r.WantsPing(1, now)) << "a fresh round trip needs no more echoes";
   EXPECT_LT(r.EstimateOf(1).rtt_s, 0.001);
   EXPECT_EQ(r.Choose({1}, 20 * kMiB, true).path, AutoPath::kInline) << r.last_reason();
+}
+
+// The link gets slower (xsilo netem set): echoes keep going once a second
+// while messages flow, and after a window of them the round trip follows.
+TEST(AutoRouter, ALinkThatGotSlowerIsSeenWithinAFewEchoes) {
+  AutoRouter r;
+  auto now = AutoRouter::Clock::now();
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(r.WantsPing(1, now));
+    r.PingSent(1, now);
+    r.OnRtt(1, 0.0005, now);
+  }
+  EXPECT_FALSE(r.WantsPing(1, now));
+  EXPECT_EQ(r.Choose({1}, 20 * kMiB, true).path, AutoPath::kInline);
+  int echoes = 0;
+  while (r.EstimateOf(1).rtt_s < 0.1 && echoes < 10) {
+    now += std::chrono::milliseconds(1500);
+    ASSERT_TRUE(r.WantsPing(1, now)) << "no echo after " << echoes;
+    r.PingSent(1, now);
+    r.OnRtt(1, 0.166, now);
+    ++echoes;
+  }
+  EXPECT_NEAR(r.EstimateOf(1).rtt_s, 0.166, 0.001);
+  EXPECT_LE(echoes, 6);
+  EXPECT_EQ(r.Choose({1}, 20 * kMiB, true).path, AutoPath::kStore) << r.last_reason();
 }
 
 TEST(AutoBackend, IsRegisteredAndRefusesAThreshold) {
