@@ -7,7 +7,7 @@ namespace xsilo::grpclink {
 namespace {
 
 // Wire types and the tags of the fields written by hand (link.proto).
-constexpr uint32_t kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5;
+constexpr uint32_t kVarint = 0, kLengthDelimited = 2;
 constexpr uint32_t kFrameChunkField = 3;
 constexpr uint32_t kChunkIdField = 1, kChunkOffsetField = 2, kChunkTotalField = 3,
                    kChunkDataField = 4;
