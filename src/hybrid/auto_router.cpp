@@ -20,9 +20,10 @@ void AutoRouter::OnRtt(int32_t peer, double seconds, Clock::time_point at) {
   ++p.pongs;
 }
 
-void AutoRouter::OnTransfer(int32_t peer, uint64_t bytes, double seconds, int streams) {
+void AutoRouter::OnTransfer(int32_t peer, uint64_t bytes, double seconds, int streams,
+                            Clock::time_point at) {
   std::lock_guard<std::mutex> lock(mu_);
-  PeerLocked(peer).estimator.AddTransfer(Clock::now(), bytes, seconds, streams);
+  PeerLocked(peer).estimator.AddTransfer(at, bytes, seconds, streams);
 }
 
 AutoChoice AutoRouter::Choose(const std::vector<int32_t>& peers, uint64_t bytes,
@@ -36,30 +37,31 @@ AutoChoice AutoRouter::Choose(const std::vector<int32_t>& peers, uint64_t bytes,
     if (first || e.samples == 0 || (link.samples > 0 && e.rtt_s > link.rtt_s)) link = e;
     first = false;
   }
-  // The store path's rate is learned from store transfers only: on a link
-  // that is not a LAN, a message big enough to measure goes to the store
-  // until one has been measured (the parallel probe).
-  if (link.samples > 0 && link.rtt_s >= policy_.lan_rtt_s && !(link.aggregate_Bps > 0) &&
-      store_available && bytes >= kProbeMinBytes) {
+  // The store path's rate is learned from store transfers only: a message
+  // big enough to measure goes to the store until one has been measured
+  // (the parallel probe; on any link: a LAN-like round trip says nothing
+  // about a rate-limited one). Then the one-stream rate is learned from an
+  // inline send: on a LAN-like link with a message of any size, elsewhere
+  // only with one that cannot take long on a slow stream.
+  if (link.samples > 0 && bytes >= kProbeMinBytes) {
+    const bool lan_like = link.rtt_s >= 0 && link.rtt_s < policy_.lan_rtt_s;
+    const std::string rtt =
+        "round trip " + std::to_string(static_cast<int64_t>(link.rtt_s * 1e3)) + " ms";
     AutoChoice probe;
-    probe.path = AutoPath::kStore;
-    probe.reason = "store: probing the parallel rate (round trip " +
-                   std::to_string(static_cast<int64_t>(link.rtt_s * 1e3)) +
-                   " ms, no store transfer measured yet)";
-    last_reason_ = probe.reason;
-    return probe;
-  }
-  // Likewise the one-stream rate is learned from inline sends only; one
-  // that would take long on a slow stream is not risked for it.
-  if (link.samples > 0 && link.rtt_s >= policy_.lan_rtt_s && link.aggregate_Bps > 0 &&
-      !(link.one_stream_Bps > 0) && bytes >= kProbeMinBytes && bytes <= kInlineProbeMaxBytes) {
-    AutoChoice probe;
-    probe.path = AutoPath::kInline;
-    probe.reason = "inline: probing the one-stream rate (round trip " +
-                   std::to_string(static_cast<int64_t>(link.rtt_s * 1e3)) +
-                   " ms, no inline send measured yet)";
-    last_reason_ = probe.reason;
-    return probe;
+    if (!(link.aggregate_Bps > 0) && store_available) {
+      probe.path = AutoPath::kStore;
+      probe.reason =
+          "store: probing the parallel rate (" + rtt + ", no store transfer measured yet)";
+    } else if (link.aggregate_Bps > 0 && !(link.one_stream_Bps > 0) &&
+               (lan_like || bytes <= kInlineProbeMaxBytes)) {
+      probe.path = AutoPath::kInline;
+      probe.reason =
+          "inline: probing the one-stream rate (" + rtt + ", no inline send measured yet)";
+    }
+    if (!probe.reason.empty()) {
+      last_reason_ = probe.reason;
+      return probe;
+    }
   }
   AutoRequest request;
   request.bytes = bytes;

@@ -33,14 +33,15 @@ class AutoRouter {
   // behind a message on the same stream) carries their delays, the least
   // one is the link.
   void OnRtt(int32_t peer, double seconds, Clock::time_point at = Clock::now());
-  void OnTransfer(int32_t peer, uint64_t bytes, double seconds, int streams);
+  void OnTransfer(int32_t peer, uint64_t bytes, double seconds, int streams,
+                  Clock::time_point at = Clock::now());
 
   // The path for `bytes` to `peers`: a broadcast goes by its slowest known
-  // link (the largest round trip). On a link that is not a LAN whose store
-  // rate is unknown, a message of kProbeMinBytes or more goes to the store
-  // to measure it (a store transfer is the only source of that figure); once
-  // it is known, a message of kProbeMinBytes..kInlineProbeMaxBytes goes
-  // inline until the one-stream rate is known.
+  // link (the largest round trip). While the store rate is unknown, a
+  // message of kProbeMinBytes or more goes to the store to measure it (a
+  // store transfer is the only source of that figure); then one goes inline
+  // until the one-stream rate is known (on a link that is not LAN-like, only
+  // up to kInlineProbeMaxBytes: a slow stream is not risked for it).
   AutoChoice Choose(const std::vector<int32_t>& peers, uint64_t bytes, bool store_available);
 
   // True when `peer`'s link should be measured (again) and no echo is out

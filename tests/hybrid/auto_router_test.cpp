@@ -20,12 +20,38 @@ TEST(AutoRouter, UnmeasuredLinksTakeTheDefaultThreshold) {
   EXPECT_FALSE(r.last_reason().empty());
 }
 
-TEST(AutoRouter, ALanGoesInlineAtEverySize) {
+// On loopback (results/p2p-lan-big: one stream ~1.3 GB/s, the store ~1 GB/s
+// with 32 connections) the first big message probes the store, the next
+// one goes inline to measure one stream, and from then on everything is
+// inline. Without a store, or below 1 MiB, nothing is probed.
+TEST(AutoRouter, ALanProbesBothPathsOnceThenGoesInlineAtEverySize) {
   AutoRouter r;
   r.OnRtt(1, 0.0001);
+  EXPECT_EQ(r.Choose({1}, 512 << 10, true).path, AutoPath::kInline);
+  EXPECT_EQ(r.Choose({1}, 265 * kMiB, false).path, AutoPath::kInline);
+  EXPECT_EQ(r.Choose({1}, 265 * kMiB, true).path, AutoPath::kStore) << r.last_reason();
+  r.OnTransfer(1, 265 * kMiB, 0.27, 32);
+  EXPECT_EQ(r.Choose({1}, 265 * kMiB, true).path, AutoPath::kInline) << r.last_reason();
+  EXPECT_NE(r.last_reason().find("probing the one-stream"), std::string::npos);
+  r.OnTransfer(1, 265 * kMiB, 0.21, 1);
   for (uint64_t bytes : {uint64_t{1}, 10 * kMiB, 265 * kMiB, uint64_t{5} << 30}) {
-    EXPECT_EQ(r.Choose({1}, bytes, true).path, AutoPath::kInline) << bytes;
+    EXPECT_EQ(r.Choose({1}, bytes, true).path, AutoPath::kInline)
+        << bytes << " " << r.last_reason();
   }
+}
+
+// geo-proximal as measured (p2p-auto: 1-2 ms round trip, but one stream
+// ~230 MB/s and the store ~775 MB/s): a LAN-like round trip, yet big
+// messages belong in the store.
+TEST(AutoRouter, ARateLimitedLowLatencyLinkSendsBigMessagesThroughTheStore) {
+  AutoRouter r;
+  r.OnRtt(1, 0.0015);
+  EXPECT_EQ(r.Choose({1}, 253 * kMiB, true).path, AutoPath::kStore);  // probe
+  r.OnTransfer(1, 253 * kMiB, 0.342, 32);
+  EXPECT_EQ(r.Choose({1}, 253 * kMiB, true).path, AutoPath::kInline);  // probe, any size
+  r.OnTransfer(1, 253 * kMiB, 1.154, 1);
+  EXPECT_EQ(r.Choose({1}, 253 * kMiB, true).path, AutoPath::kStore) << r.last_reason();
+  EXPECT_EQ(r.Choose({1}, 2 * kMiB, true).path, AutoPath::kInline) << r.last_reason();
 }
 
 // ca-hk as measured (167 ms, one gRPC stream ~1 MB/s at scale 0.1, the
@@ -54,9 +80,6 @@ TEST(AutoRouter, AWanLinkProbesTheStoreUntilItsRateIsKnown) {
   r.OnTransfer(1, 4 * kMiB, 0.030 + 0.5, 32);
   EXPECT_EQ(r.Choose({1}, 2 * kMiB, true).path, AutoPath::kInline) << r.last_reason();
   EXPECT_EQ(r.last_reason().find("probing"), std::string::npos) << r.last_reason();
-  // A LAN never probes.
-  r.OnRtt(2, 0.0002);
-  EXPECT_EQ(r.Choose({2}, 2 * kMiB, true).path, AutoPath::kInline);
 }
 
 // With the store's rate known and no inline send measured, a message of
@@ -77,6 +100,8 @@ TEST(AutoRouter, AWanLinkProbesOneStreamWithMidSizedMessagesOnly) {
 TEST(AutoRouter, ABroadcastFollowsItsSlowestLink) {
   AutoRouter r;
   r.OnRtt(1, 0.0001);
+  r.OnTransfer(1, 265 * kMiB, 0.27, 32);
+  r.OnTransfer(1, 265 * kMiB, 0.21, 1);
   r.OnRtt(2, 0.167);
   r.OnTransfer(2, 2 * kMiB, 0.167 + 2.0, 1);
   r.OnTransfer(2, 20 * kMiB, 0.167 + 2.0, 32);
@@ -108,7 +133,7 @@ TEST(AutoRouter, FiveEchoesGoOneAtATimeAndReplaceASlowFirstOne) {
   r.OnRtt(1, 0.0003, now);
   EXPECT_FALSE(r.WantsPing(1, now)) << "a fresh round trip needs no more echoes";
   EXPECT_LT(r.EstimateOf(1).rtt_s, 0.001);
-  EXPECT_EQ(r.Choose({1}, 20 * kMiB, true).path, AutoPath::kInline) << r.last_reason();
+  EXPECT_EQ(r.Choose({1}, 512 << 10, true).path, AutoPath::kInline) << r.last_reason();
 }
 
 // The link gets slower (xsilo netem set): echoes keep going once a second
@@ -122,7 +147,9 @@ TEST(AutoRouter, ALinkThatGotSlowerIsSeenWithinAFewEchoes) {
     r.OnRtt(1, 0.0005, now);
   }
   EXPECT_FALSE(r.WantsPing(1, now));
-  EXPECT_EQ(r.Choose({1}, 20 * kMiB, true).path, AutoPath::kInline);
+  r.OnTransfer(1, 20 * kMiB, 0.03, 32, now);
+  r.OnTransfer(1, 20 * kMiB, 0.02, 1, now);
+  EXPECT_EQ(r.Choose({1}, 20 * kMiB, true).path, AutoPath::kInline) << r.last_reason();
   int echoes = 0;
   while (r.EstimateOf(1).rtt_s < 0.1 && echoes < 10) {
     now += std::chrono::milliseconds(1500);
@@ -133,6 +160,8 @@ TEST(AutoRouter, ALinkThatGotSlowerIsSeenWithinAFewEchoes) {
   }
   EXPECT_NEAR(r.EstimateOf(1).rtt_s, 0.166, 0.001);
   EXPECT_LE(echoes, 6);
+  // The inline sends slow down too (window-bound at the new round trip).
+  for (int i = 0; i < 3; ++i) r.OnTransfer(1, 20 * kMiB, 0.166 + 2.0, 1, now);
   EXPECT_EQ(r.Choose({1}, 20 * kMiB, true).path, AutoPath::kStore) << r.last_reason();
 }
 
