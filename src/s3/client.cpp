@@ -258,6 +258,54 @@ Status S3Client::Impl::HttpError(const Call& call, const Reply& reply) const {
                                       std::to_string(reply.status) + ")");
 }
 
+namespace s3client {
+
+void SetTransferOptions(CURL* h, Transfer* t, char* errbuf) {
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 1L << 20);
+  curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 2L << 20);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, HeaderCallback);
+  curl_easy_setopt(h, CURLOPT_HEADERDATA, t);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, WriteCallback);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, t);
+  curl_easy_setopt(h, CURLOPT_READFUNCTION, ReadCallback);
+  curl_easy_setopt(h, CURLOPT_READDATA, t);
+  curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, SeekCallback);
+  curl_easy_setopt(h, CURLOPT_SEEKDATA, t);
+}
+
+void SleepBeforeRetry(std::chrono::milliseconds base, int attempt) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  const int64_t ms = std::min<int64_t>(base.count() << std::min(attempt, 10), 5000);
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(ms / 2 + static_cast<int64_t>(rng() % (ms / 2 + 1))));
+}
+
+Status FetchRangeResuming(
+    uint64_t start, uint64_t len, int max_retries, std::chrono::milliseconds retry_base_delay,
+    const std::atomic<bool>& failed, std::atomic<uint64_t>* retries,
+    const std::function<Status(uint64_t from, uint64_t n, Reply* r)>& request) {
+  uint64_t done = 0;
+  for (int attempt = 0;; ++attempt) {
+    Reply r;
+    Status st = request(start + done, len - done, &r);
+    if (r.status < 300) done += r.received;  // resume after whatever arrived, even on failure
+    if (st.ok() && done == len) return Status::OK();
+    if (st.ok()) st = Unavailable("range ended early at byte " + std::to_string(start + done));
+    const bool retryable = r.status == 0 || r.status >= 500 || (r.status >= 200 && r.status < 300);
+    if (!retryable || attempt >= max_retries || failed.load()) {
+      return st.WithContext("range " + std::to_string(start) + "+" + std::to_string(len) +
+                            " after " + std::to_string(attempt) + " retries");
+    }
+    retries->fetch_add(1);
+    SleepBeforeRetry(retry_base_delay, attempt);
+  }
+}
+
+}  // namespace s3client
+
 Status S3Client::Impl::Perform(CURL* h, const Call& call, Reply* reply) {
   XSILO_ASSIGN_OR_RETURN(SignedRequest signed_request, Sign(call));
   curl_easy_reset(h);
@@ -277,8 +325,7 @@ Status S3Client::Impl::Perform(CURL* h, const Call& call, Reply* reply) {
   char errbuf[CURL_ERROR_SIZE] = {0};
   curl_easy_setopt(h, CURLOPT_URL, url.c_str());
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, list);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+  SetTransferOptions(h, &t, errbuf);
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(opts.connect_timeout.count()));
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME,
@@ -286,17 +333,6 @@ Status S3Client::Impl::Perform(CURL* h, const Call& call, Reply* reply) {
   if (opts.request_timeout.count() > 0) {
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(opts.request_timeout.count()));
   }
-  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
-  curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 1L << 20);
-  curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 2L << 20);
-  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, HeaderCallback);
-  curl_easy_setopt(h, CURLOPT_HEADERDATA, &t);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, WriteCallback);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
-  curl_easy_setopt(h, CURLOPT_READFUNCTION, ReadCallback);
-  curl_easy_setopt(h, CURLOPT_READDATA, &t);
-  curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, SeekCallback);
-  curl_easy_setopt(h, CURLOPT_SEEKDATA, &t);
   if (!opts.verify_tls) {
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
@@ -349,7 +385,7 @@ Status S3Client::Impl::Execute(const Call& call, Reply* reply) {
         call.dest != nullptr) {
       return err;
     }
-    std::this_thread::sleep_for(Backoff(attempt, opts.retry_base_delay));
+    SleepBeforeRetry(opts.retry_base_delay, attempt);
   }
 }
 

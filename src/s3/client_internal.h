@@ -227,6 +227,27 @@ struct SignedRequest {
   Params headers;
 };
 
+// The options every request of this client sets on a handle (both the
+// signed requests and the credential-less URL transfers): no signals, the
+// error buffer, TCP_NODELAY, 1-2 MiB socket buffers, and the callbacks that
+// move the body through `t`.
+void SetTransferOptions(CURL* h, Transfer* t, char* errbuf);
+
+// Sleeps before retry `attempt` (0-based): base * 2^attempt, at most 5 s,
+// jittered into [half, full].
+void SleepBeforeRetry(std::chrono::milliseconds base, int attempt);
+
+// A ranged GET of bytes [start, start + len) that survives cuts: `request`
+// asks for [from, from + n) and reports what arrived in its Reply; after a
+// failure the next request resumes where the bytes stopped, up to
+// `max_retries` times with backoff (transient failures only: no reply, 5xx,
+// or a 2xx cut short), and no more once `failed` is set. `retries` counts
+// the retries made.
+Status FetchRangeResuming(
+    uint64_t start, uint64_t len, int max_retries, std::chrono::milliseconds retry_base_delay,
+    const std::atomic<bool>& failed, std::atomic<uint64_t>* retries,
+    const std::function<Status(uint64_t from, uint64_t n, Reply* r)>& request);
+
 size_t HeaderCallback(char* data, size_t size, size_t n, void* user);
 size_t WriteCallback(char* data, size_t size, size_t n, void* user);
 size_t ReadCallback(char* out, size_t size, size_t n, void* user);
@@ -248,8 +269,6 @@ struct S3Client::Impl {
   s3client::Endpoint endpoint;
   s3client::HandlePool handles;
   s3client::WorkerPool workers;
-  std::mutex rng_mu;
-  std::mt19937_64 rng{std::random_device{}()};
 
   explicit Impl(S3ClientOptions o, s3client::Endpoint e)
       : opts(std::move(o)),
@@ -275,13 +294,6 @@ struct S3Client::Impl {
                              : "/" + bucket + (key.empty() ? "" : "/" + s3::UriEncode(key, false));
       if (!bucket.empty() && key.empty()) *path = "/" + bucket;
     }
-  }
-
-  std::chrono::milliseconds Backoff(int attempt, std::chrono::milliseconds base) {
-    int64_t ms = base.count() << std::min(attempt, 10);
-    ms = std::min<int64_t>(ms, 5000);
-    std::lock_guard<std::mutex> lock(rng_mu);
-    return std::chrono::milliseconds(ms / 2 + static_cast<int64_t>(rng() % (ms / 2 + 1)));
   }
 
   Result<s3client::SignedRequest> Sign(const s3client::Call& call) const;

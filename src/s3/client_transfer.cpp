@@ -108,32 +108,22 @@ Result<DownloadObjectResult> S3Client::DownloadObject(const DownloadObjectArgs& 
                             static_cast<uint64_t>(impl.opts.max_connections), n_ranges}));
     Latch latch(n_workers);
     auto fetch_range = [&](uint64_t start, uint64_t len) -> Status {
-      uint64_t done = 0;
-      for (int attempt = 0;; ++attempt) {
-        Call c;
-        c.method = "GET";
-        c.bucket = args.bucket;
-        c.key = args.key;
-        c.headers.emplace_back("range", "bytes=" + std::to_string(start + done) + "-" +
-                                            std::to_string(start + len - 1));
-        if (!info.etag.empty()) c.headers.emplace_back("if-match", info.etag);
-        c.dest = base + start + done;
-        c.dest_capacity = len - done;
-        c.expect_status = (start + done == 0 && len - done == size) ? 0 : 206;
-        c.max_retries = 0;
-        Reply r;
-        Status st = impl.Execute(c, &r);
-        done += r.received;  // resume after whatever arrived, even on failure
-        if (st.ok() && done == len) return Status::OK();
-        if (st.ok()) st = Unavailable("range ended early at byte " + std::to_string(start + done));
-        bool retryable = r.status == 0 || r.status >= 500 || (r.status >= 200 && r.status < 300);
-        if (!retryable || attempt >= args.max_range_retries || failed.load()) {
-          return st.WithContext("range " + std::to_string(start) + "+" + std::to_string(len) +
-                                " after " + std::to_string(attempt) + " retries");
-        }
-        retries.fetch_add(1);
-        std::this_thread::sleep_for(impl.Backoff(attempt, args.retry_base_delay));
-      }
+      return FetchRangeResuming(
+          start, len, args.max_range_retries, args.retry_base_delay, failed, &retries,
+          [&](uint64_t from, uint64_t n, Reply* r) {
+            Call c;
+            c.method = "GET";
+            c.bucket = args.bucket;
+            c.key = args.key;
+            c.headers.emplace_back(
+                "range", "bytes=" + std::to_string(from) + "-" + std::to_string(from + n - 1));
+            if (!info.etag.empty()) c.headers.emplace_back("if-match", info.etag);
+            c.dest = base + from;
+            c.dest_capacity = n;
+            c.expect_status = (from == 0 && n == size) ? 0 : 206;
+            c.max_retries = 0;
+            return impl.Execute(c, r);
+          });
     };
     for (int w = 0; w < n_workers; ++w) {
       impl.workers.Submit([&] {

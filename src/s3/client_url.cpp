@@ -34,20 +34,8 @@ Status PlainTransfer(const Call& call, std::chrono::milliseconds timeout, Reply*
   for (const auto& [k, v] : call.headers) list = curl_slist_append(list, (k + ": " + v).c_str());
   curl_easy_setopt(h, CURLOPT_URL, url.c_str());
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, list);
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+  SetTransferOptions(h, &t, errbuf);
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
-  curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
-  curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 1L << 20);
-  curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 2L << 20);
-  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, HeaderCallback);
-  curl_easy_setopt(h, CURLOPT_HEADERDATA, &t);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, WriteCallback);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
-  curl_easy_setopt(h, CURLOPT_READFUNCTION, ReadCallback);
-  curl_easy_setopt(h, CURLOPT_READDATA, &t);
-  curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, SeekCallback);
-  curl_easy_setopt(h, CURLOPT_SEEKDATA, &t);
   if (method == "PUT") {
     curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(body_size));
@@ -81,15 +69,6 @@ Status PlainTransfer(const Call& call, std::chrono::milliseconds timeout, Reply*
   }
   return Status::OK();
 }
-// Sleeps before retry `attempt` (0-based): base * 2^attempt, jittered into
-// [half, full].
-void SleepBeforeRetry(std::chrono::milliseconds base, int attempt) {
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  const int64_t ms = base.count() << std::min(attempt, 10);
-  std::this_thread::sleep_for(
-      std::chrono::milliseconds(ms / 2 + static_cast<int64_t>(rng() % (ms / 2 + 1))));
-}
-
 // Runs fn(i, failed) for every i in [0, n) on up to `threads` threads. After
 // the first failure no new item starts (`failed` also tells running ones to
 // stop retrying); returns that first failure.
@@ -161,30 +140,20 @@ Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
   std::atomic<uint64_t> retries{0};
   uint8_t* base = out.data.mutable_data();
   auto fetch_range = [&](uint64_t i, const std::atomic<bool>& failed) -> Status {
-    const uint64_t start = i * range, len = std::min(range, size - start);
-    uint64_t done = 0;
-    for (int attempt = 0;; ++attempt) {
-      Call c;
-      c.method = "GET";
-      c.key = args.url;
-      c.headers.emplace_back(
-          "Range", "bytes=" + std::to_string(start + done) + "-" + std::to_string(start + len - 1));
-      c.dest = base + start + done;
-      c.dest_capacity = len - done;
-      c.expect_status = 206;
-      Reply r;
-      Status st = PlainTransfer(c, args.timeout, &r);
-      if (r.status >= 200 && r.status < 300) done += r.received;  // resume after what arrived
-      if (st.ok() && done == len) return Status::OK();
-      if (st.ok()) st = Unavailable("range ended early at byte " + std::to_string(start + done));
-      bool retryable = r.status == 0 || r.status >= 500 || (r.status >= 200 && r.status < 300);
-      if (!retryable || attempt >= args.max_range_retries || failed.load()) {
-        return st.WithContext("range " + std::to_string(start) + "+" + std::to_string(len) +
-                              " after " + std::to_string(attempt) + " retries");
-      }
-      retries.fetch_add(1);
-      SleepBeforeRetry(args.retry_base_delay, attempt);
-    }
+    const uint64_t start = i * range;
+    return FetchRangeResuming(
+        start, std::min(range, size - start), args.max_range_retries, args.retry_base_delay, failed,
+        &retries, [&](uint64_t from, uint64_t n, Reply* r) {
+          Call c;
+          c.method = "GET";
+          c.key = args.url;
+          c.headers.emplace_back(
+              "Range", "bytes=" + std::to_string(from) + "-" + std::to_string(from + n - 1));
+          c.dest = base + from;
+          c.dest_capacity = n;
+          c.expect_status = 206;
+          return PlainTransfer(c, args.timeout, r);
+        });
   };
   Status st = ParallelForEach(n_ranges, args.connections, fetch_range);
   out.range_retries = retries.load();
