@@ -24,6 +24,7 @@
 #include "xsilo/bench/report.h"
 #include "xsilo/core/tiers.h"
 #include "xsilo/netem/netem.h"
+#include "xsilo/netem/probe.h"
 #include "xsilo/transport/registry.h"
 
 namespace xsilo::bench {
@@ -344,7 +345,8 @@ int RunP2p(P2pOptions a) {
             // minute) into the measurement's setup.
             const int port = std::stoi(spec.address.substr(spec.address.rfind(':') + 1));
             const auto until = Clock::now() + std::chrono::seconds(60);
-            while (!Listening(*pid, port) && Clock::now() < until && !Exited(*pid))
+            while (!netem::Listening(*pid, static_cast<uint16_t>(port)) && Clock::now() < until &&
+                   !Exited(*pid))
               std::this_thread::sleep_for(std::chrono::milliseconds(20));
           }
         }

@@ -10,11 +10,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include "xsilo/bench/process.h"
@@ -166,25 +164,6 @@ int WaitPeers(const std::vector<pid_t>& pids, Clock::time_point deadline, bool* 
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return failed;
-}
-
-bool Listening(pid_t pid, int port) {
-  char want[8];
-  std::snprintf(want, sizeof(want), ":%04X", port);
-  // gRPC listens on a dual-stack IPv6 socket even for an IPv4 address.
-  for (const char* table : {"/net/tcp", "/net/tcp6"}) {
-    std::ifstream in("/proc/" + std::to_string(pid) + table);
-    std::string line;
-    std::getline(in, line);  // header
-    while (std::getline(in, line)) {
-      std::istringstream ls(line);
-      std::string slot, local, remote, st;
-      ls >> slot >> local >> remote >> st;
-      if (st == "0A" && local.size() >= 5 && local.compare(local.size() - 5, 5, want) == 0)
-        return true;
-    }
-  }
-  return false;
 }
 
 }  // namespace xsilo::bench

@@ -40,8 +40,4 @@ bool Exited(pid_t pid);
 int WaitPeers(const std::vector<pid_t>& pids, std::chrono::steady_clock::time_point deadline,
               bool* timed_out);
 
-// True once a TCP socket in `pid`'s network namespace listens on `port`
-// (/proc/PID/net/tcp shows the namespace of that process).
-bool Listening(pid_t pid, int port);
-
 }  // namespace xsilo::bench

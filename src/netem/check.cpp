@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -49,22 +50,6 @@ Result<pid_t> Spawn(const std::vector<std::string>& argv) {
     _exit(127);
   }
   return pid;
-}
-
-// True once a socket of `pid`'s namespace listens on `port`.
-bool Listening(pid_t pid, uint16_t port) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/net/tcp");
-  std::string line;
-  std::getline(in, line);  // header
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    std::string slot, local, remote, st;
-    ls >> slot >> local >> remote >> st;
-    size_t colon = local.find(':');
-    if (colon == std::string::npos || st != "0A") continue;
-    if (std::stoul(local.substr(colon + 1), nullptr, 16) == port) return true;
-  }
-  return false;
 }
 
 // Busy and total jiffies of the whole machine.
@@ -173,6 +158,26 @@ Result<CheckRow> CheckClient(const State& state, int c, const CheckOptions& o) {
 }
 
 }  // namespace
+
+bool Listening(pid_t pid, uint16_t port) {
+  char want[8];
+  std::snprintf(want, sizeof(want), ":%04X", port);
+  // gRPC listens on a dual-stack IPv6 socket even for an IPv4 address.
+  for (const char* table : {"/net/tcp", "/net/tcp6"}) {
+    std::ifstream in("/proc/" + std::to_string(pid) + table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream ls(line);
+      std::string slot, local, remote, st;
+      ls >> slot >> local >> remote >> st;
+      if (st == "0A" && local.size() >= 5 && local.compare(local.size() - 5, 5, want) == 0) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
 
 Result<std::vector<CheckRow>> RunCheck(const State& state, const CheckOptions& o,
                                        const std::function<void(const CheckRow&)>& progress) {

@@ -3,6 +3,8 @@
 // behind `xsilo netem check`.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -42,6 +44,10 @@ Result<std::vector<double>> MeasureEchoRtt(
     std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 double Median(std::vector<double> v);
+
+// True once a TCP socket (v4 or v6) in `pid`'s network namespace listens on
+// `port`.
+bool Listening(pid_t pid, uint16_t port);
 
 struct CheckOptions {
   // Seconds of each iperf3 run, after `omit_seconds` of warm-up that are not
