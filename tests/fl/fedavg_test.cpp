@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <set>
@@ -135,15 +136,24 @@ struct ClientThread {
   std::future<Result<ClientReport>> result;
 };
 
+// OffsetTrainers for ranks 1..n, each run by a ClientThread on party(r).
+struct Clients {
+  Clients(int n, const std::function<Transport&(int)>& party) {
+    for (int r = 1; r <= n; ++r) {
+      trainers.push_back(std::make_unique<OffsetTrainer>(r));
+      threads.push_back(std::make_unique<ClientThread>(party(r), *trainers.back()));
+    }
+  }
+  std::vector<std::unique_ptr<OffsetTrainer>> trainers;
+  std::vector<std::unique_ptr<ClientThread>> threads;
+};
+
 TEST(FedAvg, AggregatesEveryUpdateWeightedBySamplesThroughTheTransport) {
   // serialize=1: the payload goes through the wire format codec both ways.
   Federation f(4, {{"serialize", "1"}});
-  std::vector<std::unique_ptr<OffsetTrainer>> trainers;
-  std::vector<std::unique_ptr<ClientThread>> threads;
-  for (int r = 1; r <= 4; ++r) {
-    trainers.push_back(std::make_unique<OffsetTrainer>(r));
-    threads.push_back(std::make_unique<ClientThread>(f.client(r), *trainers.back()));
-  }
+  Clients clients(4, [&](int r) -> Transport& { return f.client(r); });
+  auto& trainers = clients.trainers;
+  auto& threads = clients.threads;
   ServerOptions o;
   o.rounds = 3;
   o.local_work = {0, 7};
@@ -185,12 +195,8 @@ TEST(FedAvg, AggregatesEveryUpdateWeightedBySamplesThroughTheTransport) {
 
 TEST(FedAvg, SelectsASubsetOfClientsPerRound) {
   Federation f(5);
-  std::vector<std::unique_ptr<OffsetTrainer>> trainers;
-  std::vector<std::unique_ptr<ClientThread>> threads;
-  for (int r = 1; r <= 5; ++r) {
-    trainers.push_back(std::make_unique<OffsetTrainer>(r));
-    threads.push_back(std::make_unique<ClientThread>(f.client(r), *trainers.back()));
-  }
+  Clients clients(5, [&](int r) -> Transport& { return f.client(r); });
+  auto& threads = clients.threads;
   ServerOptions o;
   o.rounds = 4;
   o.clients_per_round = 2;
@@ -214,13 +220,9 @@ TEST(FedAvg, SelectsASubsetOfClientsPerRound) {
 
 TEST(FedAvg, ADeadClientCannotStallARoundQuorumAndDeadlineCloseIt) {
   Federation f(4);
-  std::vector<std::unique_ptr<OffsetTrainer>> trainers;
-  std::vector<std::unique_ptr<ClientThread>> threads;
   // Client 4's transport is up but nothing serves it: it never answers.
-  for (int r = 1; r <= 3; ++r) {
-    trainers.push_back(std::make_unique<OffsetTrainer>(r));
-    threads.push_back(std::make_unique<ClientThread>(f.client(r), *trainers.back()));
-  }
+  Clients clients(3, [&](int r) -> Transport& { return f.client(r); });
+  auto& threads = clients.threads;
   ServerOptions o;
   o.rounds = 2;
   o.quorum_fraction = 0.75;  // 3 of 4
@@ -248,12 +250,9 @@ TEST(FedAvg, ADeadClientCannotStallARoundQuorumAndDeadlineCloseIt) {
 
 TEST(FedAvg, RoundsBelowQuorumLeaveTheModelAndFailTheJobAfterTheLimit) {
   Federation f(3);
-  std::vector<std::unique_ptr<OffsetTrainer>> trainers;
-  std::vector<std::unique_ptr<ClientThread>> threads;
-  for (int r = 1; r <= 2; ++r) {  // client 3 is dead
-    trainers.push_back(std::make_unique<OffsetTrainer>(r));
-    threads.push_back(std::make_unique<ClientThread>(f.client(r), *trainers.back()));
-  }
+  // client 3 is dead
+  Clients clients(2, [&](int r) -> Transport& { return f.client(r); });
+  auto& threads = clients.threads;
   std::vector<RoundReport> seen;
   ServerOptions o;
   o.rounds = 5;
@@ -426,12 +425,8 @@ TEST(FedAvg, ARestartedServerResumesFromItsCheckpoint) {
   {
     // The first server dies after finishing round 1 (the second round).
     Federation f(3);
-    std::vector<std::unique_ptr<OffsetTrainer>> trainers;
-    std::vector<std::unique_ptr<ClientThread>> threads;
-    for (int r = 1; r <= 3; ++r) {
-      trainers.push_back(std::make_unique<OffsetTrainer>(r));
-      threads.push_back(std::make_unique<ClientThread>(f.client(r), *trainers.back()));
-    }
+    Clients clients(3, [&](int r) -> Transport& { return f.client(r); });
+    auto& threads = clients.threads;
     ServerOptions first = o;
     first.on_round = [&](const RoundReport& r) {
       if (r.round == 1) f.server().Stop();
@@ -459,12 +454,8 @@ TEST(FedAvg, ARestartedServerResumesFromItsCheckpoint) {
   // The restarted server runs rounds 2..4 only, from the checkpointed model,
   // and ends where an uninterrupted job would.
   Federation f(3);
-  std::vector<std::unique_ptr<OffsetTrainer>> trainers;
-  std::vector<std::unique_ptr<ClientThread>> threads;
-  for (int r = 1; r <= 3; ++r) {
-    trainers.push_back(std::make_unique<OffsetTrainer>(r));
-    threads.push_back(std::make_unique<ClientThread>(f.client(r), *trainers.back()));
-  }
+  Clients clients(3, [&](int r) -> Transport& { return f.client(r); });
+  auto& threads = clients.threads;
   FedAvgServer server(f.server(), o);
   auto job = server.Run({{"w", Filled(1.0f)}});
   ASSERT_TRUE(job.ok()) << job.status().ToString();
@@ -544,12 +535,8 @@ TEST(FedAvgFaults, ACorruptUpdateIsNeverAggregated) {
                                           {.threshold_bytes = 1}));
     ASSERT_TRUE(parties.back()->Start().ok());
   }
-  std::vector<std::unique_ptr<OffsetTrainer>> trainers;
-  std::vector<std::unique_ptr<ClientThread>> threads;
-  for (int r = 1; r <= 4; ++r) {
-    trainers.push_back(std::make_unique<OffsetTrainer>(r));
-    threads.push_back(std::make_unique<ClientThread>(*parties[r], *trainers.back()));
-  }
+  Clients clients(4, [&](int r) -> Transport& { return *parties[r]; });
+  auto& threads = clients.threads;
   ServerOptions o;
   o.rounds = 2;
   o.quorum_fraction = 0.75;  // 3 of 4
@@ -653,13 +640,8 @@ TEST(FedAvgFaults, OverAFaultyTransportTheModelIsExactlyItsContributorsAverage) 
     ASSERT_TRUE((*t)->Start().ok());
     parties.push_back(std::move(t).value());
   }
-  std::vector<std::unique_ptr<OffsetTrainer>> trainers;
-  std::vector<std::unique_ptr<ClientThread>> threads;
-  for (int r = 1; r <= kClients; ++r) {
-    trainers.push_back(std::make_unique<OffsetTrainer>(r));
-    ClientOptions co;
-    threads.push_back(std::make_unique<ClientThread>(*parties[r], *trainers.back(), co));
-  }
+  Clients clients(kClients, [&](int r) -> Transport& { return *parties[r]; });
+  auto& threads = clients.threads;
   ServerOptions o;
   o.rounds = 6;
   o.quorum_count = 1;
