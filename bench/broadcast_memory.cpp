@@ -13,7 +13,6 @@
 // embedded S3 server of grpc+s3) are reported separately: their peak is
 // VmHWM since they started. Prints a table and writes JSON (default
 // broadcast_memory.json).
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,8 +33,6 @@
 #include "xsilo/core/codec.h"
 #include "xsilo/core/tiers.h"
 #include "xsilo/transport/registry.h"
-
-extern char** environ;
 
 namespace {
 
@@ -111,17 +108,8 @@ int RunServer(const ModelTier& tier, int clients, int streams, uint64_t chunk, i
                        std::to_string(streams) + "|" + std::to_string(chunk) + "|" +
                        std::to_string(rounds) + "|" + g_backend;
     for (const auto& [k, v] : g_extra) spec += "|" + k + "=" + v;
-    std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) env.emplace_back(*e);
-    env.push_back("XSILO_BENCH_CLIENT=" + spec);
-    std::vector<char*> envp;
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    std::string exe = "/proc/self/exe";
-    char* argv[] = {exe.data(), nullptr};
-    pid_t pid = -1;
-    if (posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data()) == 0)
-      pids.push_back(pid);
+    const pid_t pid = bench::SpawnSelfWithEnv("XSILO_BENCH_CLIENT=" + spec);
+    if (pid > 0) pids.push_back(pid);
   }
   std::vector<int32_t> peers;
   for (int r = 1; r <= clients; ++r) peers.push_back(r);

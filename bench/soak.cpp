@@ -17,7 +17,6 @@
 // --max-rss-growth between round --from-round and the last round, if any
 // process's descriptor count grows over the same span, or if a round
 // misses its quorum.
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,8 +38,6 @@
 #include "xsilo/fl/mlp.h"
 #include "xsilo/fl/synthetic.h"
 #include "xsilo/transport/registry.h"
-
-extern char** environ;
 
 namespace {
 
@@ -188,20 +185,11 @@ int main(int argc, char** argv) {
   for (pid_t p : helpers_before) names[p] = "helper-" + std::to_string(p);
   std::vector<pid_t> clients;
   for (int r = 1; r <= a.clients; ++r) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) env.emplace_back(*e);
-    env.push_back("XSILO_SOAK_CLIENT=" + a.backend + "|" + a.tier + "|" + address + "|" +
-                  std::to_string(r) + "|" + std::to_string(world));
-    for (const auto& [k, v] : a.options) env.back() += "|" + k + "=" + v;
-    std::vector<char*> envp;
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    std::string exe = "/proc/self/exe";
-    char* child_argv[] = {exe.data(), nullptr};
-    pid_t pid = -1;
-    if (posix_spawn(&pid, exe.c_str(), nullptr, nullptr, child_argv, envp.data()) != 0) {
-      return Usage("cannot start a client process");
-    }
+    std::string spec = a.backend + "|" + a.tier + "|" + address + "|" + std::to_string(r) + "|" +
+                       std::to_string(world);
+    for (const auto& [k, v] : a.options) spec += "|" + k + "=" + v;
+    const pid_t pid = bench::SpawnSelfWithEnv("XSILO_SOAK_CLIENT=" + spec);
+    if (pid < 0) return Usage("cannot start a client process");
     clients.push_back(pid);
     names[pid] = "client-" + std::to_string(r);
   }

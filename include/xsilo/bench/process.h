@@ -33,6 +33,11 @@ uint64_t ChildrenPeakRss(const std::set<pid_t>& skip = {});
 // A TCP port on 127.0.0.1 that was free a moment ago; 0 when none.
 int FreeLoopbackPort();
 
+// Starts this executable again with `assignment` ("NAME=VALUE") added to
+// its environment, no arguments: how a benchmark program runs its own
+// client role in child processes. -1 when it could not start.
+pid_t SpawnSelfWithEnv(const std::string& assignment);
+
 // The path of this executable ("/proc/self/exe" when unreadable).
 std::string SelfExe();
 
