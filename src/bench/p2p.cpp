@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -73,10 +74,27 @@ const std::vector<BackendSpec>& Backends() {
   return kBackends;
 }
 
+// A row of Backends(), or "grpc-s<K>" for any K in [1, 64]: grpc striped
+// over K streams (e.g. K = ceil(multi / single) of the link, the stripe
+// docs/auto.md predicts).
 const BackendSpec* FindBackend(const std::string& name) {
   for (const auto& b : Backends())
     if (b.name == name) return &b;
-  return nullptr;
+  static std::deque<BackendSpec> striped;  // the coordinator is single-threaded
+  for (const auto& b : striped)
+    if (b.name == name) return &b;
+  constexpr std::string_view kStriped = "grpc-s";
+  if (name.size() <= kStriped.size() || name.compare(0, kStriped.size(), kStriped) != 0) {
+    return nullptr;
+  }
+  const std::string k = name.substr(kStriped.size());
+  if (k.size() > 2 || k[0] == '0' ||
+      !std::all_of(k.begin(), k.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+      std::stoi(k) > 64) {
+    return nullptr;
+  }
+  striped.push_back({name, "grpc", {{"streams", k}}, true, false, false});
+  return &striped.back();
 }
 
 // A port below the ephemeral range, picked at random: each peer world uses

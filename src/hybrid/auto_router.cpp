@@ -17,7 +17,7 @@ void AutoRouter::OnRtt(int32_t peer, double seconds, Clock::time_point at) {
   p.estimator.AddRtt(at, *std::min_element(p.rtts.begin(), p.rtts.end()));
   p.ping_out = false;
   p.last_pong = at;
-  ++p.pongs;
+  if (p.pongs++ == 0) p.first_pong = at;
 }
 
 void AutoRouter::OnTransfer(int32_t peer, uint64_t bytes, double seconds, int streams,
@@ -89,6 +89,62 @@ void AutoRouter::PingSent(int32_t peer, Clock::time_point now) {
   Peer& p = PeerLocked(peer);
   p.ping_out = true;
   p.ping_sent = now;
+}
+
+std::vector<int32_t> AutoRouter::WantProbe(const std::vector<int32_t>& peers,
+                                           Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int32_t> due;
+  for (int32_t peer : peers) {
+    Peer& p = PeerLocked(peer);
+    if (!p.wanted) {
+      p.wanted = true;
+      p.wanted_at = now;
+    }
+    if (ProbeDueLocked(p, now)) due.push_back(peer);
+  }
+  return due;
+}
+
+bool AutoRouter::ProbeDue(int32_t peer, Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ProbeDueLocked(PeerLocked(peer), now);
+}
+
+bool AutoRouter::ProbeDueLocked(Peer& p, Clock::time_point now) {
+  if (!p.wanted || p.probe != Probe::kUnsettled || p.pongs < kStartEchoes) return false;
+  const LinkEstimate e = p.estimator.estimate();
+  // Past its wait the message went by the defaults; the link is learned
+  // from the messages from then on.
+  if (now > WaitUntil(p) || e.rtt_s < 0 || e.rtt_s >= kProbeMaxRtt) {
+    p.probe = Probe::kSettled;
+    settled_.notify_all();
+    return false;
+  }
+  p.probe = Probe::kRunning;
+  return true;
+}
+
+void AutoRouter::ProbeDone(int32_t peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  PeerLocked(peer).probe = Probe::kSettled;
+  settled_.notify_all();
+}
+
+void AutoRouter::WaitSettled(const std::vector<int32_t>& peers) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (int32_t peer : peers) {
+    for (;;) {
+      Peer& p = PeerLocked(peer);  // map nodes are stable; re-read after a wait
+      if (p.probe == Probe::kSettled) break;
+      const auto until = WaitUntil(p);
+      if (Clock::now() >= until) {
+        p.probe = Probe::kSettled;  // given up waiting; a probe still running reports later
+        break;
+      }
+      settled_.wait_until(lock, until);
+    }
+  }
 }
 
 LinkEstimate AutoRouter::EstimateOf(int32_t peer) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -22,9 +23,9 @@ class AutoRouter {
  public:
   using Clock = LinkEstimator::Clock;
 
-  // Striping over parallel grpc streams is not wired into the hybrid
-  // backend (grpc fixes its streams at Start): the default policy chooses
-  // only between inline (one stream) and the store.
+  // The default policy stripes nothing (max_streams 1): it chooses between
+  // inline and the store. The hybrid backend passes its grpc `streams` as
+  // max_streams, and a striped choice goes over that many streams at most.
   AutoRouter() : AutoRouter(OneStream()) {}
   explicit AutoRouter(AutoPolicyOptions policy) : policy_(policy) {}
 
@@ -52,6 +53,37 @@ class AutoRouter {
   bool WantsPing(int32_t peer, Clock::time_point now);
   void PingSent(int32_t peer, Clock::time_point now);
 
+  // The probe (docs/auto.md, "The probe"). Before its first message of
+  // 1 MiB or more to a peer whose start echoes (kStartEchoes) are in, a link
+  // under kProbeMaxRtt gets one inline send of kInlineProbeBytes
+  // (after an unmeasured warm-up) and one store transfer of
+  // kStoreProbeBytes, and the message waits for them; a longer link is
+  // learned from the messages themselves (a short probe there measures
+  // TCP's slow start, not the link). It runs before the first payload, not
+  // right after the echoes: then both parties are idle (a party building
+  // its model while the probe runs made loopback look 6x slower than it is).
+  //
+  // WantProbe marks `peers` as wanted (their wait starts at `now`) and
+  // returns those whose probe the caller is to run now; ProbeDue, called
+  // after an echo came back, returns true once when `peer` is wanted and its
+  // echoes are now in. The caller reports ProbeDone when a probe ends,
+  // whatever its outcome.
+  std::vector<int32_t> WantProbe(const std::vector<int32_t>& peers,
+                                 Clock::time_point now = Clock::now());
+  bool ProbeDue(int32_t peer, Clock::time_point now = Clock::now());
+  void ProbeDone(int32_t peer);
+  // Blocks until each of `peers` is settled (its probe ended, or none is
+  // due) or its wait ran out: kProbeWait after the later of WantProbe and
+  // the peer's first echo. A peer that never answers is waited for once,
+  // at most that long, then routed by the defaults.
+  void WaitSettled(const std::vector<int32_t>& peers);
+
+  static constexpr double kProbeMaxRtt = 0.020;
+  static constexpr uint64_t kInlineWarmupBytes = 2ull << 20;
+  static constexpr uint64_t kInlineProbeBytes = 16ull << 20;
+  static constexpr uint64_t kStoreProbeBytes = 32ull << 20;
+  static constexpr std::chrono::seconds kProbeWait{5};
+
   LinkEstimate EstimateOf(int32_t peer);
   // The reason of the last choice, "" before the first.
   std::string last_reason();
@@ -66,8 +98,12 @@ class AutoRouter {
   // While messages flow, an echo goes at most this often, so that a link
   // that got slower shows in the round trip (and flushes the window).
   static constexpr std::chrono::milliseconds kEchoInterval{1000};
+  enum class Probe { kUnsettled, kRunning, kSettled };
   struct Peer {
     LinkEstimator estimator;
+    Probe probe = Probe::kUnsettled;
+    bool wanted = false;
+    Clock::time_point wanted_at{}, first_pong{};
     Clock::time_point ping_sent{};
     bool ping_out = false;
     int pongs = 0;
@@ -75,6 +111,10 @@ class AutoRouter {
     std::deque<double> rtts;  // the last kRttWindow echoes
   };
   Peer& PeerLocked(int32_t peer) { return peers_[peer]; }
+  bool ProbeDueLocked(Peer& p, Clock::time_point now);
+  static Clock::time_point WaitUntil(const Peer& p) {
+    return std::max(p.wanted_at, p.first_pong) + kProbeWait;
+  }
   static AutoPolicyOptions OneStream() {
     AutoPolicyOptions o;
     o.max_streams = 1;
@@ -83,6 +123,7 @@ class AutoRouter {
 
   const AutoPolicyOptions policy_;
   std::mutex mu_;
+  std::condition_variable settled_;
   std::map<int32_t, Peer> peers_;
   std::string last_reason_;
 };

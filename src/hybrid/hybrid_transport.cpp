@@ -14,12 +14,14 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <future>
 #include <iostream>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "hybrid/auto_router.h"
@@ -71,6 +73,11 @@ constexpr const char* kGrantType = "xsilo.hybrid.grant";
 // The adaptive backend's echoes: param "t" is the pinger's clock, ns.
 constexpr const char* kPingType = "xsilo.auto.ping";
 constexpr const char* kPongType = "xsilo.auto.pong";
+// The adaptive backend's probe of a link before its first payload: bytes sent inline, or a stub of
+// an object to fetch; the receiver fetches (and acks) but never delivers it.
+constexpr const char* kProbeType = "xsilo.auto.probe";
+// How long a probe waits for the receiver's ack of its store transfer.
+constexpr auto kStoreProbeTimeout = std::chrono::seconds(30);
 // What a receiver reports in its ack of a store transfer it fetched over
 // the network: bytes, microseconds, parallel connections.
 constexpr const char* kAckFetchBytes = "fetch_bytes";
@@ -91,6 +98,10 @@ bool DebugLog() {
   return on;
 }
 constexpr size_t kGrantsPerPeer = 2;
+// Adaptive: a message of this many payload bytes or more waits for its
+// receivers' probe (AutoRouter::WantProbe); a smaller one goes inline
+// whatever the link.
+constexpr uint64_t kProbeWaitMinBytes = 1ull << 20;
 // Fetches of one object before its message is refused when every fetch
 // fails the checksum. (Transient failures are retried inside the fetch:
 // connectors' and HttpGetUrlRanges' own retries.)
@@ -108,7 +119,8 @@ class HybridTransport final : public Transport {
         hybrid_(hybrid),
         name_((hybrid.adaptive ? std::string("auto") : std::string(inner_->name())) + "+" +
               (connector_ ? std::string(connector_->type()) : connector_type)),
-        router_(hybrid.adaptive ? std::make_unique<AutoRouter>() : nullptr) {}
+        router_(hybrid.adaptive ? std::make_unique<AutoRouter>(StripePolicy(hybrid.stripe_streams))
+                                : nullptr) {}
 
   ~HybridTransport() override { Stop(); }
 
@@ -150,6 +162,7 @@ class HybridTransport final : public Transport {
     for (auto& t : workers_) t.join();
     inner_->Stop();  // fails the inner sends still in flight; no handler calls after this
     if (fetcher_.joinable()) fetcher_.join();
+    if (prober_.joinable()) prober_.join();
     if (reaper_.joinable()) reaper_.join();
     std::deque<SendJob> jobs;
     std::map<std::string, std::shared_ptr<Object>> objects;
@@ -218,7 +231,14 @@ class HybridTransport final : public Transport {
         job = std::move(jobs_.front());
         jobs_.pop_front();
       }
-      Result<Message> stub = Offload(std::move(job.message), job.peers);
+      int stripe = 1;
+      Result<Message> stub = Offload(std::move(job.message), job.peers, &stripe);
+      // Adaptive over several streams: an inline message says how many it
+      // takes (1, or K when the router stripes it).
+      if (stub.ok() && router_ && hybrid_.stripe_streams > 1 &&
+          !stub->params.count(kHybridKeyParam)) {
+        stub->params[kStripeParam] = static_cast<int64_t>(stripe);
+      }
       // Hand stubs to the inner transport in submission order, so per-peer
       // order holds although uploads run in parallel.
       {
@@ -236,7 +256,7 @@ class HybridTransport final : public Transport {
       } else if (job.broadcast) {
         inner_->BroadcastAsync(job.peers, std::move(stub).value(), std::move(job.done));
       } else {
-        SendCallback done = TimeInlineSend(job.peers[0], *stub, std::move(job.done));
+        SendCallback done = TimeInlineSend(job.peers[0], *stub, stripe, std::move(job.done));
         inner_->SendAsync(job.peers[0], std::move(stub).value(), std::move(done));
       }
       {
@@ -249,11 +269,12 @@ class HybridTransport final : public Transport {
 
   // Moves big tensors to the connector (once per content) and returns the
   // stub that crosses the control plane.
-  Result<Message> Offload(Message m, const std::vector<int32_t>& peers) {
+  // Adaptive: *stripe is the streams an inline send takes.
+  Result<Message> Offload(Message m, const std::vector<int32_t>& peers, int* stripe) {
     const size_t receivers = peers.size();
     if (!connector_ && receivers != 1) return m;  // no storage access: inline
     uint64_t threshold = hybrid_.threshold_bytes;
-    if (router_) threshold = AdaptiveThreshold(m, peers);
+    if (router_) threshold = AdaptiveThreshold(m, peers, stripe);
     TensorMap big;
     for (auto it = m.tensors.begin(); it != m.tensors.end();) {
       if (it->second.nbytes() > 0 && it->second.nbytes() >= threshold) {
@@ -318,7 +339,7 @@ class HybridTransport final : public Transport {
 
   // Adaptive: the whole payload goes inline (UINT64_MAX) or to the store (1)
   // as the router picks from the receivers' links.
-  uint64_t AdaptiveThreshold(const Message& m, const std::vector<int32_t>& peers) {
+  uint64_t AdaptiveThreshold(const Message& m, const std::vector<int32_t>& peers, int* stripe) {
     MaybePing(peers);
     const uint64_t bytes = m.payload_bytes();
     if (bytes == 0) return UINT64_MAX;
@@ -328,6 +349,10 @@ class HybridTransport final : public Transport {
       auto it = grants_.find(peers[0]);
       store = it != grants_.end() && !it->second.empty();
     }
+    if (bytes >= kProbeWaitMinBytes) {
+      for (int32_t p : router_->WantProbe(peers)) StartProbe(p);
+      router_->WaitSettled(peers);
+    }
     AutoChoice c = router_->Choose(peers, bytes, store);
     if (DebugLog()) {
       std::cerr << "xsilo " << name_ << " rank " << rank() << " -> "
@@ -335,7 +360,14 @@ class HybridTransport final : public Transport {
                                       : std::to_string(peers.size()) + " ranks")
                 << ": " << c.reason << "\n";
     }
+    *stripe = c.path == AutoPath::kStriped ? c.streams : 1;
     return c.path == AutoPath::kStore ? 1 : UINT64_MAX;
+  }
+
+  static AutoPolicyOptions StripePolicy(int max_streams) {
+    AutoPolicyOptions o;
+    o.max_streams = std::max(max_streams, 1);
+    return o;
   }
 
   // Echoes to the peers whose link is to be measured (again).
@@ -351,16 +383,141 @@ class HybridTransport final : public Transport {
     }
   }
 
+  // Adaptive: queues the probe of `peer` for the prober thread. It waits
+  // for deliveries and acks, which must not hold up a send worker; and it
+  // probes one peer at a time, so that probes do not share the sender's
+  // link (or its memory: one probe's buffers at a time).
+  void StartProbe(int32_t peer) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!stopped_) {
+        probe_queue_.push_back(peer);
+        if (!prober_.joinable()) prober_ = std::thread([this] { ProbeLoop(); });
+        cv_.notify_all();
+        return;
+      }
+    }
+    router_->ProbeDone(peer);
+  }
+
+  void ProbeLoop() {
+    for (;;) {
+      int32_t peer;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopped_ || !probe_queue_.empty(); });
+        if (stopped_) break;
+        peer = probe_queue_.front();
+        probe_queue_.pop_front();
+      }
+      ProbeLink(peer);
+      router_->ProbeDone(peer);
+    }
+    std::deque<int32_t> left;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      left.swap(probe_queue_);
+    }
+    for (int32_t peer : left) router_->ProbeDone(peer);
+  }
+
+  // One inline send, then (with storage access) one store transfer, each
+  // of fresh bytes; their times go to the router like any transfer's. The
+  // inline one follows an unmeasured warm-up send: the first bytes on a
+  // fresh connection pay for its flow-control windows and the receiver's
+  // first buffers, which no later message does.
+  void ProbeLink(int32_t peer) {
+    if (!SendProbeInline(peer, AutoRouter::kInlineWarmupBytes).ok()) return;
+    auto seconds = SendProbeInline(peer, AutoRouter::kInlineProbeBytes);
+    if (!seconds.ok()) return;
+    router_->OnTransfer(peer, AutoRouter::kInlineProbeBytes, *seconds, 1);
+    if (DebugLog()) {
+      std::cerr << "xsilo " << name_ << " rank " << rank() << " -> rank " << peer
+                << ": inline probe of " << AutoRouter::kInlineProbeBytes << " bytes took "
+                << *seconds * 1e3 << " ms\n";
+    }
+    if (connector_ && !stopping()) ProbeStore(peer);
+  }
+
+  // Seconds from handing `bytes` to the inner transport (one stream) to the
+  // peer's delivery confirmation.
+  Result<double> SendProbeInline(int32_t peer, uint64_t bytes) {
+    XSILO_ASSIGN_OR_RETURN(Message probe, ProbeMessage(bytes));
+    if (hybrid_.stripe_streams > 1) probe.params[kStripeParam] = int64_t{1};
+    auto sent = std::make_shared<std::promise<Status>>();
+    auto delivered = sent->get_future();
+    const auto start = Clock::now();
+    inner_->SendAsync(peer, std::move(probe), [sent](const Status& s) { sent->set_value(s); });
+    // The inner transport reports every send, at the latest when it stops.
+    XSILO_RETURN_IF_ERROR(delivered.get());
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  }
+
+  // The store probe: an object uploaded for `peer` alone, whose fetch the
+  // peer reports in its ack (OnAck feeds the router and evicts it).
+  void ProbeStore(int32_t peer) {
+    auto probe = ProbeMessage(AutoRouter::kStoreProbeBytes);
+    if (!probe.ok()) return;
+    EncodedPayload payload = EncodeSafetensors(probe->tensors);
+    auto key = connector_->Put(payload.bytes);
+    if (!key.ok()) return;
+    std::string url;
+    if (hybrid_.presign_expiry.count() > 0 && connector_->presigned()) {
+      auto u = connector_->presigned()->PresignGet(*key, hybrid_.presign_expiry);
+      if (!u.ok()) {
+        (void)connector_->Evict(*key);
+        return;
+      }
+      url = std::move(u).value();
+    }
+    auto obj = std::make_shared<Object>();
+    obj->key = *key;
+    obj->pending_acks = 1;
+    obj->last_use = Clock::now();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      objects_by_id_[key->id] = obj;
+      probes_out_.insert(key->id);
+    }
+    Message stub;
+    stub.type = kProbeType;
+    stub.params[kHybridKeyParam] = key->ToJson();
+    stub.params[kHybridChecksumParam] = static_cast<int64_t>(payload.checksum);
+    if (!url.empty()) stub.params[kHybridUrlParam] = url;
+    inner_->SendAsync(peer, std::move(stub), [](const Status&) {});
+    std::unique_lock<std::mutex> lock(mu_);
+    const bool acked = cv_.wait_for(lock, kStoreProbeTimeout,
+                                    [&] { return stopped_ || probes_out_.count(key->id) == 0; });
+    if (acked && probes_out_.count(key->id) == 0) return;
+    // Not fetched (the peer failed, or we stop): the object is ours to drop.
+    probes_out_.erase(key->id);
+    if (objects_by_id_.erase(key->id) == 0) return;  // the reaper took it
+    lock.unlock();
+    (void)connector_->Evict(*key);
+  }
+
+  // A probe of `bytes` fresh bytes (their first 8 are a nonce: a store probe
+  // must not be taken for an earlier object of the same content).
+  Result<Message> ProbeMessage(uint64_t bytes) {
+    XSILO_ASSIGN_OR_RETURN(Tensor t, Tensor::Zeros(DType::kU8, {static_cast<int64_t>(bytes)}));
+    const int64_t nonce = NowNs();
+    std::memcpy(t.data.mutable_data(), &nonce, std::min<uint64_t>(sizeof nonce, bytes));
+    Message m;
+    m.type = kProbeType;
+    m.tensors.emplace("probe", std::move(t));
+    return m;
+  }
+
   // Adaptive: a send handed to the inner transport inline reports its time
   // (to the peer's delivery confirmation) as a one-stream transfer.
-  SendCallback TimeInlineSend(int32_t peer, const Message& stub, SendCallback done) {
+  SendCallback TimeInlineSend(int32_t peer, const Message& stub, int streams, SendCallback done) {
     if (!router_ || stub.params.count(kHybridKeyParam)) return done;
     const uint64_t bytes = stub.payload_bytes();
     const auto start = Clock::now();
-    return [this, peer, bytes, start, done = std::move(done)](const Status& s) {
+    return [this, peer, bytes, start, streams, done = std::move(done)](const Status& s) {
       if (s.ok()) {
         router_->OnTransfer(peer, bytes,
-                            std::chrono::duration<double>(Clock::now() - start).count(), 1);
+                            std::chrono::duration<double>(Clock::now() - start).count(), streams);
       }
       done(s);
     };
@@ -509,17 +666,25 @@ class HybridTransport final : public Transport {
     if (router_ && bytes.ok() && us.ok() && streams.ok() && *bytes > 0 && *us > 0) {
       router_->OnTransfer(m.sender, static_cast<uint64_t>(*bytes), static_cast<double>(*us) * 1e-6,
                           static_cast<int>(std::clamp<int64_t>(*streams, 1, 1024)));
+      if (DebugLog()) {
+        std::cerr << "xsilo " << name_ << " rank " << rank() << ": rank " << m.sender << " fetched "
+                  << *bytes << " bytes from the store in " << *us / 1000.0 << " ms over "
+                  << *streams << " connections\n";
+      }
     }
     std::shared_ptr<Object> done;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = objects_by_id_.find(*id);
-      if (it == objects_by_id_.end()) return;
-      if (--it->second->pending_acks > 0) return;
-      done = it->second;
-      Forget(done);
+      if (it != objects_by_id_.end() && --it->second->pending_acks <= 0) {
+        done = it->second;
+        Forget(done);
+      }
     }
-    if (connector_) (void)connector_->Evict(done->key);
+    if (done && connector_) (void)connector_->Evict(done->key);
+    // A store probe ends once its object is gone.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (probes_out_.erase(*id) > 0) cv_.notify_all();
   }
 
   // Caller holds mu_.
@@ -560,6 +725,7 @@ class HybridTransport final : public Transport {
         if (router_ && t.ok()) {
           router_->OnRtt(m.sender, static_cast<double>(NowNs() - *t) * 1e-9);
           MaybePing({m.sender});  // the start's echoes go back to back
+          if (router_->ProbeDue(m.sender)) StartProbe(m.sender);
         }
         continue;
       }
@@ -590,7 +756,10 @@ class HybridTransport final : public Transport {
         continue;
       }
       int32_t sender = m.sender;
-      if (!Deliver(std::move(m), [this] { return stopping(); }).ok()) return;
+      // A probe is measured, never delivered.
+      if (m.type != kProbeType && !Deliver(std::move(m), [this] { return stopping(); }).ok()) {
+        return;
+      }
       if (!key_id.empty()) {
         Message ack;
         ack.type = kHybridAckType;
@@ -733,7 +902,10 @@ class HybridTransport final : public Transport {
   std::map<int32_t, std::deque<Grant>> grants_;  // received, by granting rank
   std::map<std::string, Issued> issued_;         // issued, by key id
   std::map<int32_t, size_t> issued_per_peer_;
+  std::set<std::string> probes_out_;  // store probes awaiting their ack, by key id
   std::vector<std::thread> workers_;
+  std::deque<int32_t> probe_queue_;  // peers to probe (adaptive)
+  std::thread prober_;
   std::thread fetcher_, reaper_;
   const std::unique_ptr<AutoRouter> router_;  // adaptive only
 };

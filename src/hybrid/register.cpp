@@ -141,6 +141,12 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
     return InvalidArgument("auto+" + connector_type +
                            " chooses inline or the store per message; 'threshold' does not apply");
   }
+  if (auto it = inner_options.backend.find("streams");
+      hybrid.adaptive && it != inner_options.backend.end()) {
+    // grpc validates the value itself (1..64); a bad one fails its Create.
+    auto k = ParseInt("streams", it->second, 1);
+    if (k.ok()) hybrid.stripe_streams = static_cast<int>(std::min<int64_t>(*k, 64));
+  }
   XSILO_ASSIGN_OR_RETURN(
       std::unique_ptr<Transport> inner,
       TransportRegistry::Global().Create(hybrid.adaptive ? "grpc" : base, inner_options));

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "xsilo/hybrid/hybrid.h"
 #include "xsilo/transport/registry.h"
 
@@ -163,6 +165,78 @@ TEST(AutoRouter, ALinkThatGotSlowerIsSeenWithinAFewEchoes) {
   // The inline sends slow down too (window-bound at the new round trip).
   for (int i = 0; i < 3; ++i) r.OnTransfer(1, 20 * kMiB, 0.166 + 2.0, 1, now);
   EXPECT_EQ(r.Choose({1}, 20 * kMiB, true).path, AutoPath::kStore) << r.last_reason();
+}
+
+// The probe: before the first big message, a link under 20 ms whose start
+// echoes are in is probed once; its figures route that message, with no
+// message spent on probing. A longer link is not probed.
+TEST(AutoRouter, AShortLinkIsProbedOnceBeforeItsFirstBigMessage) {
+  AutoRouter r;
+  for (int i = 0; i < 5; ++i) r.OnRtt(1, 0.0012);
+  EXPECT_FALSE(r.ProbeDue(1)) << "no message wants it yet";
+  EXPECT_EQ(r.WantProbe({1}), std::vector<int32_t>{1});
+  EXPECT_TRUE(r.WantProbe({1}).empty()) << "probed once";
+  EXPECT_FALSE(r.ProbeDue(1)) << "probed once";
+
+  for (int i = 0; i < 5; ++i) r.OnRtt(2, 0.065);
+  EXPECT_TRUE(r.WantProbe({2}).empty()) << "ca-va is learned from messages";
+  r.WaitSettled({2});  // nothing to wait for
+
+  // geo-proximal at scale 0.5 (results/p2p-auto links.csv: one stream
+  // ~250 MB/s, 1160 MB/s with 5 iperf3 streams): the probe's figures.
+  std::thread probe([&] {
+    r.OnTransfer(1, AutoRouter::kInlineProbeBytes, 0.0012 + 16.8e6 / 230e6, 1);
+    r.OnTransfer(1, AutoRouter::kStoreProbeBytes, 0.0012 + 33.5e6 / 800e6, 32);
+    r.ProbeDone(1);
+  });
+  r.WaitSettled({1});
+  probe.join();
+  EXPECT_EQ(r.Choose({1}, 253 * kMiB, true).path, AutoPath::kStore) << r.last_reason();
+  EXPECT_EQ(r.last_reason().find("probing"), std::string::npos) << r.last_reason();
+  EXPECT_EQ(r.Choose({1}, 19 * kMiB, true).path, AutoPath::kStore) << r.last_reason();
+  EXPECT_EQ(r.Choose({1}, 256 << 10, true).path, AutoPath::kInline) << r.last_reason();
+}
+
+// A message that wants a probe before the echoes are in: the last echo
+// starts it.
+TEST(AutoRouter, TheLastStartEchoStartsAWantedProbe) {
+  AutoRouter r;
+  for (int i = 0; i < 4; ++i) r.OnRtt(1, 0.0001);
+  EXPECT_TRUE(r.WantProbe({1}).empty()) << "4 of 5 echoes";
+  EXPECT_FALSE(r.ProbeDue(1));
+  r.OnRtt(1, 0.0001);
+  EXPECT_TRUE(r.ProbeDue(1));
+  EXPECT_FALSE(r.ProbeDue(1));
+}
+
+// On loopback the probe's figures (one stream ~2 GB/s for 16 MiB, the store
+// well under it) send every size inline from the first message on.
+TEST(AutoRouter, ALoopbackProbeSendsEverySizeInline) {
+  AutoRouter r;
+  for (int i = 0; i < 5; ++i) r.OnRtt(1, 0.00005);
+  ASSERT_EQ(r.WantProbe({1}).size(), 1u);
+  r.OnTransfer(1, AutoRouter::kInlineProbeBytes, 0.009, 1);
+  r.OnTransfer(1, AutoRouter::kStoreProbeBytes, 0.045, 32);
+  r.ProbeDone(1);
+  r.WaitSettled({1});
+  for (uint64_t bytes : {2 * kMiB, 20 * kMiB, 265 * kMiB, uint64_t{5} << 30}) {
+    EXPECT_EQ(r.Choose({1}, bytes, true).path, AutoPath::kInline)
+        << bytes << " " << r.last_reason();
+  }
+}
+
+// Echoes that come back after the wait ran out: the peer is settled without
+// a probe and its messages probe instead.
+TEST(AutoRouter, APeerPastItsWaitIsNotProbed) {
+  AutoRouter r;
+  const auto t0 = AutoRouter::Clock::now();
+  EXPECT_TRUE(r.WantProbe({1}, t0).empty());
+  const auto late = t0 + AutoRouter::kProbeWait + std::chrono::seconds(1);
+  for (int i = 0; i < 5; ++i) r.OnRtt(1, 0.001, t0);
+  EXPECT_FALSE(r.ProbeDue(1, late));
+  r.WaitSettled({1});
+  EXPECT_EQ(r.Choose({1}, 64 * kMiB, true).path, AutoPath::kStore)
+      << "the store probe, from messages";
 }
 
 TEST(AutoBackend, IsRegisteredAndRefusesAThreshold) {

@@ -56,6 +56,11 @@ struct HybridOptions {
   // sends, store transfers reported back by receivers); RouteReason() says
   // why. Default false.
   bool adaptive = false;
+  // Adaptive: the most streams a striped send uses, the inner grpc's
+  // `streams` (set by the registry from that key). Each message carries
+  // its own stripe (kStripeParam): 1 inline, K striped. 1 = never striped.
+  // Default 1.
+  int stripe_streams = 1;
 };
 
 // Wraps `inner` (not yet started) and `connector`. A null connector makes a

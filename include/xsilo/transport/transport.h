@@ -56,6 +56,13 @@ struct TransportOptions {
 };
 
 using SendCallback = std::function<void(const Status&)>;
+
+// Message param (int) read and removed by a transport that stripes a peer's
+// messages over several streams (grpc with streams > 1): this message's
+// chunks go on at most that many of them (>= 1). The `auto` backend sets it
+// per message (docs/auto.md); a transport without striping delivers it as
+// an ordinary param.
+inline constexpr const char* kStripeParam = "xsilo.stripe";
 using MessageHandler = std::function<void(Message)>;
 
 // A bounded, closable queue of received Messages with an optional handler.

@@ -201,8 +201,9 @@ class GrpcTransport final : public Transport {
       return;
     }
     message.sender = rank();
+    const int stripe = TakeStripe(&message);
     auto frame = std::make_shared<const EncodedFrame>(EncodeMessage(message));
-    links_[static_cast<size_t>(peer)]->Enqueue(std::move(frame), std::move(done));
+    links_[static_cast<size_t>(peer)]->Enqueue(std::move(frame), std::move(done), stripe);
   }
 
   // Encodes once; every peer's sends share the one frame (and through it
@@ -220,6 +221,7 @@ class GrpcTransport final : public Transport {
       return;
     }
     message.sender = rank();
+    const int stripe = TakeStripe(&message);
     auto frame = std::make_shared<const EncodedFrame>(EncodeMessage(message));
     message = Message();
     struct Join {
@@ -232,19 +234,22 @@ class GrpcTransport final : public Transport {
     join->remaining = peers.size();
     join->done = std::move(done);
     for (int32_t peer : peers) {
-      links_[static_cast<size_t>(peer)]->Enqueue(frame, [join, peer](const Status& st) {
-        SendCallback finish;
-        Status result;
-        {
-          std::lock_guard<std::mutex> lock(join->mu);
-          if (!st.ok() && join->first_error.ok())
-            join->first_error = st.WithContext("peer " + std::to_string(peer));
-          if (--join->remaining > 0) return;
-          finish = std::move(join->done);
-          result = join->first_error;
-        }
-        finish(result);
-      });
+      links_[static_cast<size_t>(peer)]->Enqueue(
+          frame,
+          [join, peer](const Status& st) {
+            SendCallback finish;
+            Status result;
+            {
+              std::lock_guard<std::mutex> lock(join->mu);
+              if (!st.ok() && join->first_error.ok())
+                join->first_error = st.WithContext("peer " + std::to_string(peer));
+              if (--join->remaining > 0) return;
+              finish = std::move(join->done);
+              result = join->first_error;
+            }
+            finish(result);
+          },
+          stripe);
     }
   }
 
@@ -252,6 +257,15 @@ class GrpcTransport final : public Transport {
   grpc::Status Serve(grpc::ServerContext* ctx, RawStream* rw);
 
  private:
+  // The message's kStripeParam, removed (0: none, or not a positive int).
+  static int TakeStripe(Message* m) {
+    auto it = m->params.find(kStripeParam);
+    if (it == m->params.end()) return 0;
+    auto k = m->GetInt(kStripeParam);
+    m->params.erase(it);
+    return k.ok() && *k > 0 ? static_cast<int>(std::min<int64_t>(*k, 64)) : 0;
+  }
+
   Status Usable() {
     std::lock_guard<std::mutex> lock(mu_);
     if (!started_) return FailedPrecondition("grpc transport not started");

@@ -34,13 +34,14 @@ void PeerLink::Fire(Failures& failures) {
   failures.clear();
 }
 
-void PeerLink::Enqueue(std::shared_ptr<const EncodedFrame> frame, SendCallback done) {
+void PeerLink::Enqueue(std::shared_ptr<const EncodedFrame> frame, SendCallback done, int stripe) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!closed_) {
       auto o = std::make_shared<Outgoing>();
       o->frame = std::move(frame);
       o->done = std::move(done);
+      o->stripe = std::max(stripe, 0);
       o->queued = Clock::now();
       queue_.push_back(std::move(o));
       cv_.notify_all();
@@ -173,21 +174,27 @@ uint64_t PeerLink::open_bytes() const {
   return reassembler_.open_bytes();
 }
 
-bool PeerLink::CanDispatchLocked() const {
+bool PeerLink::CanDispatchLocked(const StreamSlot& slot) const {
   if (broken_ || attached_ != stream_count_) return false;
   const Outgoing* next =
       current_ ? current_.get() : (queue_.empty() ? nullptr : queue_.front().get());
-  if (next == nullptr) return false;
-  const uint64_t len = std::min(StripeChunkLocked(), next->frame->bytes.size - next->next_offset);
+  if (next == nullptr || slot.index >= StreamsForLocked(*next)) return false;
+  const uint64_t len =
+      std::min(StripeChunkLocked(*next), next->frame->bytes.size - next->next_offset);
   return in_flight_ == 0 || in_flight_ + len <= config_.window_bytes;
+}
+
+int PeerLink::StreamsForLocked(const Outgoing& m) const {
+  return m.stripe > 0 ? std::min(m.stripe, stream_count_) : stream_count_;
 }
 
 // Striped over N streams, each chunk is chunk_bytes / N (at least 64 KiB):
 // every writer holds up to two chunks, so per-peer buffering stays flat in N.
-uint64_t PeerLink::StripeChunkLocked() const {
-  if (stream_count_ <= 1) return config_.chunk_bytes;
+uint64_t PeerLink::StripeChunkLocked(const Outgoing& m) const {
+  const int n = StreamsForLocked(m);
+  if (n <= 1) return config_.chunk_bytes;
   const uint64_t floor = std::min<uint64_t>(config_.chunk_bytes, 64 << 10);
-  return std::max<uint64_t>(config_.chunk_bytes / static_cast<uint64_t>(stream_count_), floor);
+  return std::max<uint64_t>(config_.chunk_bytes / static_cast<uint64_t>(n), floor);
 }
 
 void PeerLink::WriterLoop(StreamSlot* slot) {
@@ -200,7 +207,7 @@ void PeerLink::WriterLoop(StreamSlot* slot) {
       // After the Goodbye nothing more is written on this stream.
       cv_.wait(lock, [&] {
         return slot->dead ||
-               (goodbye_ ? !slot->said_goodbye : !control_.empty() || CanDispatchLocked());
+               (goodbye_ ? !slot->said_goodbye : !control_.empty() || CanDispatchLocked(*slot));
       });
       if (slot->dead) return;
       ++writing_;
@@ -219,7 +226,7 @@ void PeerLink::WriterLoop(StreamSlot* slot) {
         }
         msg = current_;
         offset = msg->next_offset;
-        len = std::min(StripeChunkLocked(), msg->frame->bytes.size - offset);
+        len = std::min(StripeChunkLocked(*msg), msg->frame->bytes.size - offset);
         msg->next_offset += len;
         if (msg->next_offset == msg->frame->bytes.size) current_.reset();
         in_flight_ += len;

@@ -68,6 +68,7 @@ struct Outgoing {
   Clock::time_point queued;
   uint64_t id = 0;           // assigned when its first chunk is dispatched
   uint64_t next_offset = 0;  // dispatch progress
+  int stripe = 0;            // its chunks go on streams [0, stripe); 0: all
 };
 
 class PeerLink;
@@ -101,7 +102,9 @@ class PeerLink {
 
   // Queues a message; `done` fires once when the peer delivered it (or with
   // the reason it was not). Fails at once with Cancelled after Close.
-  void Enqueue(std::shared_ptr<const EncodedFrame> frame, SendCallback done);
+  // `stripe` > 0: its chunks go on the first `stripe` streams only (the
+  // others idle while it is dispatched); 0: on all of them.
+  void Enqueue(std::shared_ptr<const EncodedFrame> frame, SendCallback done, int stripe = 0);
   // Fails queued messages that waited longer than `max_wait` while no
   // session was up.
   void ExpireQueued(Clock::duration max_wait);
@@ -153,8 +156,10 @@ class PeerLink {
 
  private:
   using Failures = std::vector<std::pair<SendCallback, Status>>;
-  bool CanDispatchLocked() const;
-  uint64_t StripeChunkLocked() const;
+  bool CanDispatchLocked(const StreamSlot& slot) const;
+  // Streams that carry `m`'s chunks, and the chunk size striped over them.
+  int StreamsForLocked(const Outgoing& m) const;
+  uint64_t StripeChunkLocked(const Outgoing& m) const;
   void BreakLocked(const Status& why, Failures* failures);
   static void Fire(Failures& failures);
 

@@ -6,7 +6,10 @@
 
 #include <chrono>
 #include <future>
+#include <map>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "transport/grpc/link.grpc.pb.h"
 #include "transport/tcp_proxy.h"
@@ -36,7 +39,7 @@ std::unique_ptr<Transport> StartServer(int port, int world, TransportOptions bas
 class RawClient {
  public:
   RawClient(int port, int32_t rank, int32_t world, const std::string& token = "",
-            uint64_t session = 0x1234567) {
+            uint64_t session = 0x1234567, int stream_index = 0, int stream_count = 1) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     channel_ = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
@@ -48,8 +51,8 @@ class RawClient {
     h->set_rank(rank);
     h->set_world_size(world);
     h->set_session(session);
-    h->set_stream_index(0);
-    h->set_stream_count(1);
+    h->set_stream_index(stream_index);
+    h->set_stream_count(stream_count);
     h->set_token(token);
     rw_->Write(f);
   }
@@ -82,6 +85,7 @@ class RawClient {
     return {};
   }
   void Cancel() { ctx_.TryCancel(); }
+  bool Read(pb::Frame* f) { return rw_->Read(f); }
 
  private:
   std::shared_ptr<grpc::Channel> channel_;
@@ -332,6 +336,100 @@ TEST(GrpcReconnect, CutMidMessageFailsThatSendThenTheExchangeGoesOn) {
   EXPECT_EQ(server->Receive(100ms).status().code(), StatusCode::kTimeout);
   flaky->Stop();
   steady->Stop();
+  server->Stop();
+}
+
+// A message's kStripeParam confines its chunks to the first K streams of a
+// striped link (the auto backend's inline and striped sends); without it
+// the chunks go on every stream. Seen from a raw client's four streams.
+TEST(GrpcStripe, AMessageGoesOnlyOnTheStreamsItsStripeNames) {
+  const int port = FreeTcpPort();
+  auto server = StartServer(port, 2);
+  ASSERT_NE(server, nullptr);
+  constexpr int kStreams = 4;
+  std::vector<std::unique_ptr<RawClient>> streams;
+  for (int i = 0; i < kStreams; ++i) {
+    streams.push_back(std::make_unique<RawClient>(port, 1, 2, "", 0x5151, i, kStreams));
+  }
+  for (auto& c : streams) ASSERT_EQ(c->ReadHelloAck().code(), 0);
+  struct Seen {
+    uint64_t total = 0;
+    std::vector<uint64_t> per_stream = std::vector<uint64_t>(kStreams, 0);
+  };
+  std::mutex mu;
+  std::map<uint64_t, Seen> seen;  // by message id
+  std::vector<std::thread> readers;
+  for (int i = 0; i < kStreams; ++i) {
+    readers.emplace_back([&, i] {
+      pb::Frame f;
+      while (streams[static_cast<size_t>(i)]->Read(&f)) {
+        if (!f.has_chunk()) continue;
+        std::lock_guard<std::mutex> lock(mu);
+        Seen& m = seen[f.chunk().message_id()];
+        m.total = f.chunk().total();
+        m.per_stream[static_cast<size_t>(i)] += f.chunk().data().size();
+      }
+    });
+  }
+  const std::vector<int> stripes = {1, 2, 0};  // 0: no param
+  for (int stripe : stripes) {
+    Message m = PatternMessage(8 << 20, static_cast<uint64_t>(stripe));
+    if (stripe > 0) m.params[kStripeParam] = int64_t{stripe};
+    server->SendAsync(1, std::move(m), [](const Status&) {});
+  }
+  auto complete = [&](uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = seen.find(id);
+    if (it == seen.end()) return false;
+    uint64_t sum = 0;
+    for (uint64_t b : it->second.per_stream) sum += b;
+    return it->second.total > 0 && sum == it->second.total;
+  };
+  ASSERT_TRUE(WaitFor([&] { return complete(1) && complete(2) && complete(3); }, 30s))
+      << "the three messages did not arrive whole";
+  for (size_t k = 0; k < stripes.size(); ++k) {
+    const int used = stripes[k] > 0 ? stripes[k] : kStreams;
+    std::lock_guard<std::mutex> lock(mu);
+    const Seen& m = seen[k + 1];
+    for (int i = 0; i < kStreams; ++i) {
+      if (i < used) {
+        EXPECT_GT(m.per_stream[static_cast<size_t>(i)], 0u)
+            << "stripe " << stripes[k] << " stream " << i;
+      } else {
+        EXPECT_EQ(m.per_stream[static_cast<size_t>(i)], 0u)
+            << "stripe " << stripes[k] << " stream " << i;
+      }
+    }
+  }
+  for (auto& c : streams) c->Cancel();
+  for (auto& t : readers) t.join();
+  server->Stop();
+}
+
+// Between two grpc transports with four streams, a striped message arrives
+// whole and without the param.
+TEST(GrpcStripe, TheParamIsTakenOffAndTheMessageArrivesWhole) {
+  const int port = FreeTcpPort();
+  auto server = StartServer(port, 2);
+  ASSERT_NE(server, nullptr);
+  TransportOptions o;
+  o.rank = 1;
+  o.world_size = 2;
+  o.address = "127.0.0.1:" + std::to_string(port);
+  o.backend = {{"streams", "4"}};
+  auto client = std::move(TransportRegistry::Global().Create("grpc", o)).value();
+  ASSERT_TRUE(client->Start().ok());
+  for (int64_t stripe : {1, 3, 4, 64}) {
+    Message m = PatternMessage(6 << 20, static_cast<uint64_t>(stripe), stripe);
+    m.params[kStripeParam] = stripe;
+    ASSERT_TRUE(client->Send(0, std::move(m), 30s).ok());
+    auto r = server->Receive(30s);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->round, stripe);
+    EXPECT_TRUE(PatternIntact(*r));
+    EXPECT_EQ(r->params.count(kStripeParam), 0u);
+  }
+  client->Stop();
   server->Stop();
 }
 
