@@ -251,6 +251,12 @@ class HybridTransport final : public Transport {
         }
       }
       if (stub.ok()) SendGrants(job.peers);
+      if (router_) {
+        job.done = [this, peers = job.peers, done = std::move(job.done)](const Status& s) {
+          done(s);
+          if (s.ok()) MaybePing(peers);
+        };
+      }
       if (!stub.ok()) {
         job.done(stub.status());
       } else if (job.broadcast) {
@@ -340,8 +346,11 @@ class HybridTransport final : public Transport {
   // Adaptive: the whole payload goes inline (UINT64_MAX) or to the store (1)
   // as the router picks from the receivers' links.
   uint64_t AdaptiveThreshold(const Message& m, const std::vector<int32_t>& peers, int* stripe) {
-    MaybePing(peers);
     const uint64_t bytes = m.payload_bytes();
+    // An echo goes ahead of a small message only; after a big one it goes
+    // when the send completes (SendLoop): queued ahead of a Large message on
+    // loopback, an echo made that message ~350 ms slower (docs/auto.md).
+    if (bytes < kProbeWaitMinBytes) MaybePing(peers);
     if (bytes == 0) return UINT64_MAX;
     bool store = connector_ != nullptr;
     if (!store) {

@@ -27,7 +27,7 @@ Result<GrpcOptions> ParseGrpcOptions(const TransportOptions& o) {
   XSILO_ASSIGN_OR_RETURN(int64_t window,
                          Ranged(o, "window_bytes", int64_t{32} << 20, 1, int64_t{1} << 40));
   XSILO_ASSIGN_OR_RETURN(int64_t recycle,
-                         Ranged(o, "recycle_bytes", int64_t{512} << 20, 0, int64_t{1} << 40));
+                         Ranged(o, "recycle_bytes", int64_t{2} << 30, 0, int64_t{1} << 40));
   XSILO_ASSIGN_OR_RETURN(int64_t streams, Ranged(o, "streams", 1, 1, 64));
   XSILO_ASSIGN_OR_RETURN(g.keepalive_ms, Ranged(o, "keepalive_ms", 20000, 10, 3600000));
   XSILO_ASSIGN_OR_RETURN(g.initial_backoff_ms, Ranged(o, "initial_backoff_ms", 100, 1, 600000));
