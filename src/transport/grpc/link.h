@@ -80,6 +80,10 @@ struct Arrival {
   Reassembled message;
 };
 
+// The least in-flight window per stream of a session (PeerLink's window is
+// the larger of LinkConfig::window_bytes and this times the streams).
+inline constexpr uint64_t kStreamWindowBytes = 4ull << 20;
+
 struct LinkConfig {
   int32_t peer = 0;
   uint64_t chunk_bytes = 4ull << 20;
