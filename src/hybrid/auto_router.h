@@ -78,6 +78,10 @@ class AutoRouter {
   // at most that long, then routed by the defaults.
   void WaitSettled(const std::vector<int32_t>& peers);
 
+  // Smallest message that waits for its receivers' probe (WantProbe), or,
+  // where none ran, probes the store path's rate itself; a smaller one goes
+  // inline whatever the link.
+  static constexpr uint64_t kProbeMinBytes = 1ull << 20;
   static constexpr double kProbeMaxRtt = 0.020;
   static constexpr uint64_t kInlineWarmupBytes = 2ull << 20;
   static constexpr uint64_t kInlineProbeBytes = 16ull << 20;
@@ -90,8 +94,6 @@ class AutoRouter {
 
  private:
   static constexpr int kStartEchoes = 5;
-  // Smallest message that probes the store path's rate.
-  static constexpr uint64_t kProbeMinBytes = 1ull << 20;
   // Largest message sent inline to learn the one-stream rate.
   static constexpr uint64_t kInlineProbeMaxBytes = 16ull << 20;
   static constexpr size_t kRttWindow = 3;

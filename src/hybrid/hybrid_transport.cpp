@@ -98,10 +98,6 @@ bool DebugLog() {
   return on;
 }
 constexpr size_t kGrantsPerPeer = 2;
-// Adaptive: a message of this many payload bytes or more waits for its
-// receivers' probe (AutoRouter::WantProbe); a smaller one goes inline
-// whatever the link.
-constexpr uint64_t kProbeWaitMinBytes = 1ull << 20;
 // Fetches of one object before its message is refused when every fetch
 // fails the checksum. (Transient failures are retried inside the fetch:
 // connectors' and HttpGetUrlRanges' own retries.)
@@ -313,34 +309,51 @@ class HybridTransport final : public Transport {
       obj->last_use = Clock::now();
     }
     if (uploader) {
-      auto key = connector_->Put(payload.bytes);
+      auto stored = PutObject(payload.bytes);
       std::lock_guard<std::mutex> lock(mu_);
-      std::string url;
-      if (key.ok() && hybrid_.presign_expiry.count() > 0 && connector_->presigned()) {
-        auto u = connector_->presigned()->PresignGet(*key, hybrid_.presign_expiry);
-        if (!u.ok()) {
-          (void)connector_->Evict(*key);
-          key = u.status().WithContext("presign");
-        } else {
-          url = std::move(u).value();
-        }
-      }
-      if (key.ok()) {
-        obj->key = *key;
-        obj->url = std::move(url);
-        objects_by_id_[key->id] = obj;
+      if (stored.ok()) {
+        obj->key = stored->key;
+        obj->url = std::move(stored->url);
+        objects_by_id_[obj->key.id] = obj;
         upload.set_value(Status::OK());
       } else {
         objects_by_content_.erase(content);
-        upload.set_value(key.status().WithContext("upload to " + std::string(connector_->type())));
+        upload.set_value(
+            stored.status().WithContext("upload to " + std::string(connector_->type())));
       }
     }
     Status up = obj->uploaded.get();
     if (!up.ok()) return up;
-    m.params[kHybridKeyParam] = obj->key.ToJson();
-    m.params[kHybridChecksumParam] = static_cast<int64_t>(payload.checksum);
-    if (!obj->url.empty()) m.params[kHybridUrlParam] = obj->url;
+    MakeStub(&m, obj->key, payload.checksum, obj->url);
     return m;
+  }
+
+  struct Stored {
+    Key key;
+    std::string url;  // presigned GET, when the connector can presign
+  };
+
+  // Puts `bytes` into the connector and presigns a GET for receivers without
+  // storage access; on failure nothing is left stored.
+  Result<Stored> PutObject(const GatherList& bytes) {
+    Stored out;
+    XSILO_ASSIGN_OR_RETURN(out.key, connector_->Put(bytes));
+    if (hybrid_.presign_expiry.count() > 0 && connector_->presigned()) {
+      auto url = connector_->presigned()->PresignGet(out.key, hybrid_.presign_expiry);
+      if (!url.ok()) {
+        (void)connector_->Evict(out.key);
+        return url.status().WithContext("presign");
+      }
+      out.url = std::move(url).value();
+    }
+    return out;
+  }
+
+  // Turns `m` into the stub of an object: what a receiver fetches and checks.
+  static void MakeStub(Message* m, const Key& key, uint64_t checksum, const std::string& url) {
+    m->params[kHybridKeyParam] = key.ToJson();
+    m->params[kHybridChecksumParam] = static_cast<int64_t>(checksum);
+    if (!url.empty()) m->params[kHybridUrlParam] = url;
   }
 
   // Adaptive: the whole payload goes inline (UINT64_MAX) or to the store (1)
@@ -350,7 +363,7 @@ class HybridTransport final : public Transport {
     // An echo goes ahead of a small message only; after a big one it goes
     // when the send completes (SendLoop): queued ahead of a Large message on
     // loopback, an echo made that message ~350 ms slower (docs/auto.md).
-    if (bytes < kProbeWaitMinBytes) MaybePing(peers);
+    if (bytes < AutoRouter::kProbeMinBytes) MaybePing(peers);
     if (bytes == 0) return UINT64_MAX;
     bool store = connector_ != nullptr;
     if (!store) {
@@ -358,7 +371,7 @@ class HybridTransport final : public Transport {
       auto it = grants_.find(peers[0]);
       store = it != grants_.end() && !it->second.empty();
     }
-    if (bytes >= kProbeWaitMinBytes) {
+    if (bytes >= AutoRouter::kProbeMinBytes) {
       for (int32_t p : router_->WantProbe(peers)) StartProbe(p);
       router_->WaitSettled(peers);
     }
@@ -468,41 +481,31 @@ class HybridTransport final : public Transport {
     auto probe = ProbeMessage(AutoRouter::kStoreProbeBytes);
     if (!probe.ok()) return;
     EncodedPayload payload = EncodeSafetensors(probe->tensors);
-    auto key = connector_->Put(payload.bytes);
-    if (!key.ok()) return;
-    std::string url;
-    if (hybrid_.presign_expiry.count() > 0 && connector_->presigned()) {
-      auto u = connector_->presigned()->PresignGet(*key, hybrid_.presign_expiry);
-      if (!u.ok()) {
-        (void)connector_->Evict(*key);
-        return;
-      }
-      url = std::move(u).value();
-    }
+    auto stored = PutObject(payload.bytes);
+    if (!stored.ok()) return;
+    const Key& key = stored->key;
     auto obj = std::make_shared<Object>();
-    obj->key = *key;
+    obj->key = key;
     obj->pending_acks = 1;
     obj->last_use = Clock::now();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      objects_by_id_[key->id] = obj;
-      probes_out_.insert(key->id);
+      objects_by_id_[key.id] = obj;
+      probes_out_.insert(key.id);
     }
     Message stub;
     stub.type = kProbeType;
-    stub.params[kHybridKeyParam] = key->ToJson();
-    stub.params[kHybridChecksumParam] = static_cast<int64_t>(payload.checksum);
-    if (!url.empty()) stub.params[kHybridUrlParam] = url;
+    MakeStub(&stub, key, payload.checksum, stored->url);
     inner_->SendAsync(peer, std::move(stub), [](const Status&) {});
     std::unique_lock<std::mutex> lock(mu_);
-    const bool acked = cv_.wait_for(lock, kStoreProbeTimeout,
-                                    [&] { return stopped_ || probes_out_.count(key->id) == 0; });
-    if (acked && probes_out_.count(key->id) == 0) return;
+    cv_.wait_for(lock, kStoreProbeTimeout,
+                 [&] { return stopped_ || probes_out_.count(key.id) == 0; });
+    if (probes_out_.count(key.id) == 0) return;  // fetched: the ack evicted it
     // Not fetched (the peer failed, or we stop): the object is ours to drop.
-    probes_out_.erase(key->id);
-    if (objects_by_id_.erase(key->id) == 0) return;  // the reaper took it
+    probes_out_.erase(key.id);
+    if (objects_by_id_.erase(key.id) == 0) return;  // the reaper took it
     lock.unlock();
-    (void)connector_->Evict(*key);
+    (void)connector_->Evict(key);
   }
 
   // A probe of `bytes` fresh bytes (their first 8 are a nonce: a store probe
@@ -566,8 +569,7 @@ class HybridTransport final : public Transport {
       if (put.ok()) {
         Key key = grant->key;
         key.size = payload.bytes.size;
-        m.params[kHybridKeyParam] = key.ToJson();
-        m.params[kHybridChecksumParam] = static_cast<int64_t>(payload.checksum);
+        MakeStub(&m, key, payload.checksum, "");
         return m;
       }
       std::cerr << "xsilo " << name_ << ": upload through a grant of rank " << peer

@@ -80,11 +80,7 @@ Status Transport::CheckPeer(int32_t peer) const {
   return Status::OK();
 }
 
-void Transport::BroadcastAsync(std::vector<int32_t> peers, Message message, SendCallback done) {
-  if (peers.empty()) {
-    done(Status::OK());
-    return;
-  }
+std::function<SendCallback(int32_t)> Transport::JoinBroadcast(size_t count, SendCallback done) {
   struct Join {
     std::mutex mu;
     size_t remaining;
@@ -92,11 +88,10 @@ void Transport::BroadcastAsync(std::vector<int32_t> peers, Message message, Send
     SendCallback done;
   };
   auto join = std::make_shared<Join>();
-  join->remaining = peers.size();
+  join->remaining = count;
   join->done = std::move(done);
-  for (int32_t peer : peers) {
-    // Copies of a Message share their tensor Buffers: no payload bytes move.
-    SendAsync(peer, message, [join, peer](const Status& s) {
+  return [join](int32_t peer) -> SendCallback {
+    return [join, peer](const Status& s) {
       SendCallback finish;
       Status result;
       {
@@ -109,8 +104,18 @@ void Transport::BroadcastAsync(std::vector<int32_t> peers, Message message, Send
         result = join->first_error;
       }
       finish(result);
-    });
+    };
+  };
+}
+
+void Transport::BroadcastAsync(std::vector<int32_t> peers, Message message, SendCallback done) {
+  if (peers.empty()) {
+    done(Status::OK());
+    return;
   }
+  auto joined = JoinBroadcast(peers.size(), std::move(done));
+  // Copies of a Message share their tensor Buffers: no payload bytes move.
+  for (int32_t peer : peers) SendAsync(peer, message, joined(peer));
 }
 
 namespace {

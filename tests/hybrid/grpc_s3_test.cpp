@@ -6,7 +6,6 @@
 // against an S3 endpoint that only the server holds credentials for: the
 // clients download by presigned GET and upload through presigned PUT
 // grants. The bucket is listed empty afterwards.
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -145,18 +144,8 @@ std::string Encode(const std::map<std::string, std::string>& m) {
 
 pid_t SpawnClient(const std::string& backend, int rank, const std::string& address,
                   const std::map<std::string, std::string>& store) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) env.emplace_back(*e);
-  env.push_back(std::string(kPartyEnv) + "=" + std::to_string(rank) + "|" + address + "|" +
-                backend + "|" + Encode(store));
-  std::vector<char*> envp;
-  for (auto& s : env) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string exe = "/proc/self/exe";
-  char* argv[] = {exe.data(), nullptr};
-  pid_t pid = -1;
-  posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data());
-  return pid;
+  return testing::SpawnSelfWithEnv(std::string(kPartyEnv) + "=" + std::to_string(rank) + "|" +
+                                   address + "|" + backend + "|" + Encode(store));
 }
 
 // A FedAvg-shaped exchange: a server party in this process, kClients client

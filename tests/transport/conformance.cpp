@@ -1,7 +1,6 @@
 #include "transport/conformance.h"
 
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,8 +14,6 @@
 
 #include "transport/test_util.h"
 #include "xsilo/core/codec.h"
-
-extern char** environ;
 
 namespace xsilo::testing {
 
@@ -82,17 +79,7 @@ std::map<std::string, std::string> DecodeOptions(const std::string& s) {
 pid_t SpawnReceiver(const ConformanceParam& p, int rank, int world, const std::string& address) {
   std::string spec = p.backend + "|" + std::to_string(rank) + "|" + std::to_string(world) + "|" +
                      address + "|" + EncodeOptions(p.backend_options);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
-  env_strings.push_back(std::string(kChildEnv) + "=" + spec);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string exe = "/proc/self/exe";
-  char* argv[] = {exe.data(), nullptr};
-  pid_t pid = -1;
-  if (posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data()) != 0) return -1;
-  return pid;
+  return SpawnSelfWithEnv(std::string(kChildEnv) + "=" + spec);
 }
 
 }  // namespace

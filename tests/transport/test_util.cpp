@@ -2,13 +2,17 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <spawn.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <fstream>
+#include <vector>
 
 #include "xsilo/core/codec.h"
+
+extern char** environ;
 
 namespace xsilo::testing {
 
@@ -81,6 +85,20 @@ bool PatternIntact(const Message& m) {
   auto sum = m.GetInt("xxh3");
   if (it == m.tensors.end() || !sum.ok()) return false;
   return static_cast<int64_t>(Checksum(it->second.data.span())) == *sum;
+}
+
+pid_t SpawnSelfWithEnv(const std::string& assignment) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  env.push_back(assignment);
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string exe = "/proc/self/exe";
+  char* argv[] = {exe.data(), nullptr};
+  pid_t pid = -1;
+  if (posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data()) != 0) return -1;
+  return pid;
 }
 
 }  // namespace xsilo::testing

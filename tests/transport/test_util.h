@@ -1,6 +1,8 @@
 // Helpers shared by transport and connector tests.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 
@@ -17,6 +19,11 @@ bool ResetPeakRss();
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int FreeTcpPort();
+
+// Starts this binary again (/proc/self/exe, no arguments) with this
+// process's environment plus `assignment` ("NAME=value"), which tells the
+// child which role to play. Returns its pid, or -1.
+pid_t SpawnSelfWithEnv(const std::string& assignment);
 
 // A U8 tensor of `bytes` bytes filled with a cheap pattern derived from `seed`
 // (every page touched).

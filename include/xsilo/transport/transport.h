@@ -135,6 +135,10 @@ class Transport {
 
   // For backends: validates a destination rank.
   Status CheckPeer(int32_t peer) const;
+  // For backends: joins the `count` per-peer sends of one broadcast. The
+  // returned factory makes each peer's send callback; `done` fires once,
+  // after the last of them, with the first failure (naming its peer) or OK.
+  static std::function<SendCallback(int32_t peer)> JoinBroadcast(size_t count, SendCallback done);
   // For backends: hands a received message to the user.
   Status Deliver(Message message, const std::function<bool()>& abandon = {}) {
     return inbox_.Push(std::move(message), abandon);

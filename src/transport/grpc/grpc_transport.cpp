@@ -226,32 +226,9 @@ class GrpcTransport final : public Transport {
     const int stripe = TakeStripe(&message);
     auto frame = std::make_shared<const EncodedFrame>(EncodeMessage(message));
     message = Message();
-    struct Join {
-      std::mutex mu;
-      size_t remaining;
-      Status first_error;
-      SendCallback done;
-    };
-    auto join = std::make_shared<Join>();
-    join->remaining = peers.size();
-    join->done = std::move(done);
+    auto joined = JoinBroadcast(peers.size(), std::move(done));
     for (int32_t peer : peers) {
-      links_[static_cast<size_t>(peer)]->Enqueue(
-          frame,
-          [join, peer](const Status& st) {
-            SendCallback finish;
-            Status result;
-            {
-              std::lock_guard<std::mutex> lock(join->mu);
-              if (!st.ok() && join->first_error.ok())
-                join->first_error = st.WithContext("peer " + std::to_string(peer));
-              if (--join->remaining > 0) return;
-              finish = std::move(join->done);
-              result = join->first_error;
-            }
-            finish(result);
-          },
-          stripe);
+      links_[static_cast<size_t>(peer)]->Enqueue(frame, joined(peer), stripe);
     }
   }
 

@@ -144,30 +144,8 @@ class TensorPipeTransport final : public Transport {
     message.sender = rank();
     // One plan (descriptor, checksums, pieces) and one set of Buffers for all peers.
     auto out = Prepare(std::move(message));
-    struct Join {
-      std::mutex mu;
-      size_t remaining;
-      Status first_error;
-      SendCallback done;
-    };
-    auto join = std::make_shared<Join>();
-    join->remaining = peers.size();
-    join->done = std::move(done);
-    for (int32_t peer : peers) {
-      Write(peer, out, [join, peer](const Status& st) {
-        SendCallback finish;
-        Status result;
-        {
-          std::lock_guard<std::mutex> lock(join->mu);
-          if (!st.ok() && join->first_error.ok())
-            join->first_error = st.WithContext("peer " + std::to_string(peer));
-          if (--join->remaining > 0) return;
-          finish = std::move(join->done);
-          result = join->first_error;
-        }
-        finish(result);
-      });
-    }
+    auto joined = JoinBroadcast(peers.size(), std::move(done));
+    for (int32_t peer : peers) Write(peer, out, joined(peer));
   }
 
  private:

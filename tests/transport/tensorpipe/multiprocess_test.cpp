@@ -2,7 +2,6 @@
 // processes exchange Medium-tier models (float32) both ways for 3 rounds,
 // over the basic channel and over mpt lanes.
 #include <gtest/gtest.h>
-#include <spawn.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -12,8 +11,6 @@
 #include "transport/test_util.h"
 #include "xsilo/core/tiers.h"
 #include "xsilo/transport/registry.h"
-
-extern char** environ;
 
 namespace xsilo {
 namespace {
@@ -56,17 +53,8 @@ int RunClient(int rank, const std::string& address, const std::string& lanes) {
 }
 
 pid_t SpawnClient(int rank, const std::string& address, const std::string& lanes) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) env.emplace_back(*e);
-  env.push_back(std::string(kPartyEnv) + "=" + std::to_string(rank) + "|" + address + "|" + lanes);
-  std::vector<char*> envp;
-  for (auto& s : env) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string exe = "/proc/self/exe";
-  char* argv[] = {exe.data(), nullptr};
-  pid_t pid = -1;
-  if (posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data()) != 0) return -1;
-  return pid;
+  return testing::SpawnSelfWithEnv(std::string(kPartyEnv) + "=" + std::to_string(rank) + "|" +
+                                   address + "|" + lanes);
 }
 
 void RunServer(const std::string& lanes) {
