@@ -43,6 +43,7 @@ void CloseAllExcept(int a, int b) {
   o.secret_key = secret;
   o.buckets = {EmbeddedS3::kBucket};
   o.directory = directory;
+  o.recycle_bytes = 2ull << 30;  // the files of evicted models, for the next ones
   auto server = S3Server::Start(o);
   int32_t bound = server.ok() ? (*server)->port() : -1;
   if (!server.ok()) {

@@ -116,7 +116,10 @@ class HybridTransport final : public Transport {
         name_((hybrid.adaptive ? std::string("auto") : std::string(inner_->name())) + "+" +
               (connector_ ? std::string(connector_->type()) : connector_type)),
         router_(hybrid.adaptive ? std::make_unique<AutoRouter>(StripePolicy(hybrid.stripe_streams))
-                                : nullptr) {}
+                                : nullptr),
+        pool_(hybrid.recycle_bytes > 0
+                  ? std::make_shared<BufferPool>(hybrid.recycle_bytes, std::chrono::seconds(5))
+                  : nullptr) {}
 
   ~HybridTransport() override { Stop(); }
 
@@ -856,6 +859,7 @@ class HybridTransport final : public Transport {
       args.url = *url;
       args.size = key.size;
       args.connections = hybrid_.url_connections;
+      args.pool = pool_.get();
       auto fetched = HttpGetUrlRanges(args);
       if (!fetched.ok() && fetched.status().code() != StatusCode::kNotFound)
         return fetched.status();
@@ -919,6 +923,7 @@ class HybridTransport final : public Transport {
   std::thread prober_;
   std::thread fetcher_, reaper_;
   const std::unique_ptr<AutoRouter> router_;  // adaptive only
+  const std::shared_ptr<BufferPool> pool_;    // downloads by URL; null if recycle_bytes=0
 };
 
 }  // namespace

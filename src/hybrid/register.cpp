@@ -61,6 +61,10 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
     } else if (k == "grants") {
       if (v != "0" && v != "1") return InvalidArgument("hybrid option grants must be 0 or 1");
       hybrid.grant_uploads = v == "1";
+    } else if (k == "recycle_bytes") {
+      XSILO_ASSIGN_OR_RETURN(int64_t t, ParseInt(k, v, 0));
+      hybrid.recycle_bytes = static_cast<uint64_t>(t);
+      if (base == "grpc" || base == "auto") inner_options.backend[k] = v;
     } else if (k == "workers") {
       XSILO_ASSIGN_OR_RETURN(int64_t t, ParseInt(k, v, 1));
       hybrid.workers = static_cast<int>(std::min<int64_t>(t, 64));

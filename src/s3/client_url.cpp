@@ -126,7 +126,9 @@ Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
     return InvalidArgument("HttpGetUrlRanges: connections must be in [1, 256]");
   }
   UrlDownloadResult out;
-  XSILO_ASSIGN_OR_RETURN(out.data, Buffer::Allocate(args.size));
+  XSILO_ASSIGN_OR_RETURN(out.data,
+                         args.pool ? args.pool->Allocate(args.size) : Buffer::Allocate(args.size));
+  if (args.pool) BufferPool::Recycle(out.data);
   if (args.size == 0) {
     XSILO_ASSIGN_OR_RETURN(Buffer whole, HttpGetUrl(args.url, args.timeout));
     if (whole.size() != 0) return Corrupt("object is not empty as announced");

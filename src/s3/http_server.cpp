@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -31,13 +32,21 @@ Result<Buffer> BodyReader::ReadAll() {
   return b;
 }
 
+void HttpResponse::ClearFile() {
+  file_fd = -1;
+  file_offset = file_length = 0;
+  file_owner.reset();
+}
+
 void HttpResponse::SetBody(std::string text) {
+  ClearFile();
   body.clear();
   if (!text.empty()) body.push_back(Buffer::CopyFrom(text));
   content_length = text.size();
 }
 
 void HttpResponse::SetBody(std::vector<Buffer> segments) {
+  ClearFile();
   body = std::move(segments);
   content_length = 0;
   for (const Buffer& b : body) content_length += b.size();
@@ -122,6 +131,21 @@ bool SendAll(int fd, std::vector<iovec>& iov) {
       left -= take;
       if (iov[first].iov_len == 0) ++first;
     }
+  }
+  return true;
+}
+
+// Sends n bytes of `file` from `offset` (the kernel moves page references
+// to the socket; nothing passes through user space). False on an error, a
+// timeout (the socket's send timeout) or a file shorter than promised.
+bool SendFile(int sock, int file, uint64_t offset, uint64_t n) {
+  off_t off = static_cast<off_t>(offset);
+  while (n > 0) {
+    ssize_t w =
+        ::sendfile(sock, file, &off, static_cast<size_t>(std::min<uint64_t>(n, 1ull << 30)));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    n -= static_cast<uint64_t>(w);
   }
   return true;
 }
@@ -504,7 +528,7 @@ bool HttpServer::ServeConnection(int fd) {
     handler_(req, body, &resp);
 
     if (!resp.omit_body) {
-      resp.content_length = 0;
+      resp.content_length = resp.file_fd >= 0 ? resp.file_length : 0;
       for (const Buffer& b : resp.body) resp.content_length += b.size();
     }
     bool close = resp.close || !req.keep_alive || body.remaining() > 0 || stopping_;
@@ -520,14 +544,15 @@ bool HttpServer::ServeConnection(int fd) {
     out += close ? "Connection: close\r\n\r\n" : "Connection: keep-alive\r\n\r\n";
 
     int64_t drop_after = -1;
-    if (options_.drop_after_body_bytes && !resp.omit_body && !resp.body.empty()) {
+    if (options_.drop_after_body_bytes && !resp.omit_body &&
+        (!resp.body.empty() || resp.file_length > 0)) {
       drop_after = options_.drop_after_body_bytes(req);
     }
     std::vector<iovec> iov;
     iov.reserve(resp.body.size() + 1);
     iov.push_back({out.data(), out.size()});
+    uint64_t budget = drop_after >= 0 ? static_cast<uint64_t>(drop_after) : UINT64_MAX;
     if (!resp.omit_body) {
-      uint64_t budget = drop_after >= 0 ? static_cast<uint64_t>(drop_after) : UINT64_MAX;
       for (const Buffer& b : resp.body) {
         uint64_t n = std::min<uint64_t>(b.size(), budget);
         budget -= n;
@@ -542,6 +567,10 @@ bool HttpServer::ServeConnection(int fd) {
       }
     }
     if (!SendAll(fd, iov)) return false;
+    if (!resp.omit_body && resp.file_fd >= 0 &&
+        !SendFile(fd, resp.file_fd, resp.file_offset, std::min(resp.file_length, budget))) {
+      return false;
+    }
     if (drop_after >= 0) {
       ::shutdown(fd, SHUT_RDWR);
       return false;

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -55,15 +56,23 @@ class BodyReader {
 
 struct HttpResponse {
   int status = 200;
-  Params headers;               // Content-Length and Connection are added by the server
-  std::vector<Buffer> body;     // gather list, written without copying
+  Params headers;            // Content-Length and Connection are added by the server
+  std::vector<Buffer> body;  // gather list, written without copying
+  // Sent after `body` with sendfile(2): file_length bytes of file_fd from
+  // file_offset. file_owner keeps the descriptor open until then.
+  int file_fd = -1;
+  uint64_t file_offset = 0;
+  uint64_t file_length = 0;
+  std::shared_ptr<const void> file_owner;
   uint64_t content_length = 0;  // set from body unless omit_body
   // HEAD: announce content_length but send no body.
   bool omit_body = false;
   bool close = false;  // close the connection after this response
 
+  // Each replaces the whole body, a file body included.
   void SetBody(std::string text);
   void SetBody(std::vector<Buffer> segments);
+  void ClearFile();
 };
 
 struct HttpServerOptions {

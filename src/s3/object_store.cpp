@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -172,9 +174,21 @@ Status WriteAll(int fd, const uint8_t* p, uint64_t n) {
   return Status::OK();
 }
 
+// Unique names for temporary and recycled files, across every store of
+// this process (rank 0 opens a store per direct put, concurrently).
+std::string UniqueName() {
+  static std::atomic<uint64_t> counter{0};
+  return std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
+}
+
+// Files of deleted objects kept for reuse (DirectoryStoreOptions).
+constexpr const char* kFreeDir = ".xsilo-free";
+constexpr uint64_t kRecycleMinBytes = 8ull << 20;
+
 class DirectoryObjectStore : public ObjectStore {
  public:
-  explicit DirectoryObjectStore(std::string root) : root_(std::move(root)) {}
+  DirectoryObjectStore(std::string root, DirectoryStoreOptions options)
+      : root_(std::move(root)), options_(options) {}
 
   Status CreateBucket(const std::string& bucket) override {
     if (!InsideRoot(bucket))
@@ -187,6 +201,7 @@ class DirectoryObjectStore : public ObjectStore {
     }
     ::mkdir((dir + "/.xsilo-tmp").c_str(), 0755);
     ::mkdir((dir + "/.xsilo-meta").c_str(), 0755);
+    ::mkdir((dir + "/" + kFreeDir).c_str(), 0755);
     return Status::OK();
   }
   Status DeleteBucket(const std::string& bucket) override {
@@ -231,9 +246,12 @@ class DirectoryObjectStore : public ObjectStore {
     std::string name = EncodeKey(key);
     if (name.size() > 240) return S3Error("KeyTooLongError", "Your key is too long");
     std::string dir = BucketDir(bucket);
-    std::string tmp = dir + "/.xsilo-tmp/" + std::to_string(::getpid()) + "-" +
-                      std::to_string(counter_.fetch_add(1));
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    std::string tmp = dir + "/.xsilo-tmp/" + UniqueName();
+    // A big object overwrites the file of a deleted one when there is one:
+    // its pages are there already, and writing into them costs about half
+    // of allocating fresh tmpfs pages (docs/hybrid.md, "Recycled files").
+    int fd = object.size >= kRecycleMinBytes ? ClaimFreeFile(dir, tmp, object.size) : -1;
+    if (fd < 0) fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return S3Error("InternalError", "open " + tmp + ": " + std::strerror(errno));
     Status st;
     // Without an ETag, hash each chunk just before writing it, while it is
@@ -254,6 +272,10 @@ class DirectoryObjectStore : public ObjectStore {
     if (hash) {
       XXH128_hash_t h = XXH3_128bits_digest(state.get());
       object.etag = FormatEtag(h.high64, h.low64);
+    }
+    // A recycled file may be longer than the object.
+    if (st.ok() && ::ftruncate(fd, static_cast<off_t>(object.size)) != 0) {
+      st = S3Error("InternalError", std::string("ftruncate: ") + std::strerror(errno));
     }
     ::close(fd);
     if (st.ok()) {
@@ -287,14 +309,9 @@ class DirectoryObjectStore : public ObjectStore {
     StoredObject o;
     o.mtime = st.st_mtime;
     if (st.st_size > 0) {
-      auto mapped = Buffer::MapFile(path);
-      if (!mapped.ok()) {
-        // Replaced or removed between stat and open.
-        if (::access(path.c_str(), F_OK) != 0) return NoSuchKey(bucket, key);
-        return S3Error("InternalError", mapped.status().message());
-      }
-      o.size = mapped->size();
-      o.segments.push_back(std::move(mapped).value());
+      XSILO_ASSIGN_OR_RETURN(Buffer mapped, MapObject(path, bucket, key, &o.file));
+      o.size = mapped.size();
+      o.segments.push_back(std::move(mapped));
     }
     ReadMeta(bucket, name, &o);
     return o;
@@ -303,9 +320,17 @@ class DirectoryObjectStore : public ObjectStore {
     XSILO_RETURN_IF_ERROR(HeadBucket(bucket));
     std::string name = EncodeKey(key);
     if (name.size() > 240) return Status::OK();
-    ::unlink((BucketDir(bucket) + "/" + name).c_str());
-    ::unlink((BucketDir(bucket) + "/.xsilo-meta/" + name).c_str());
+    const std::string dir = BucketDir(bucket);
+    const std::string path = dir + "/" + name;
+    if (!Recycle(dir, path)) ::unlink(path.c_str());
+    ::unlink((dir + "/.xsilo-meta/" + name).c_str());
     return Status::OK();
+  }
+
+  void Trim() override {
+    auto buckets = ListBuckets();
+    if (!buckets.ok()) return;
+    for (const auto& b : *buckets) ScanFree(BucketDir(b.name), nullptr);
   }
   Result<std::vector<ObjectEntry>> List(const std::string& bucket,
                                         const std::string& prefix) override {
@@ -340,6 +365,118 @@ class DirectoryObjectStore : public ObjectStore {
            bucket.find('\0') == std::string::npos;
   }
   std::string BucketDir(const std::string& bucket) const { return root_ + "/" + bucket; }
+
+  // Maps the object's file for a reader, holding a shared lock on it for as
+  // long as the mapping lives: a deleted object's file is reused only when
+  // no reader holds it (ClaimFreeFile). The lock is taken before checking
+  // that the path still names the opened file, so a reader either maps the
+  // object the path names, whole, or finds no object.
+  Result<Buffer> MapObject(const std::string& path, const std::string& bucket,
+                           const std::string& key, std::shared_ptr<const OpenFile>* file) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) return NoSuchKey(bucket, key);
+      return S3Error("InternalError", "open " + path + ": " + std::strerror(errno));
+    }
+    struct stat opened {
+    }, named{};
+    while (::flock(fd, LOCK_SH) != 0 && errno == EINTR) {
+    }
+    if (::fstat(fd, &opened) != 0 || ::stat(path.c_str(), &named) != 0 ||
+        opened.st_ino != named.st_ino || opened.st_dev != named.st_dev) {
+      ::close(fd);
+      return NoSuchKey(bucket, key);  // deleted or replaced meanwhile
+    }
+    const uint64_t size = static_cast<uint64_t>(opened.st_size);
+    if (size == 0) {
+      ::close(fd);
+      return Buffer();
+    }
+    // Private and writable, as Buffer::MapFile: a receiver may change its
+    // tensors in place without touching the stored object.
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int e = errno;
+      ::close(fd);
+      return S3Error("InternalError", "mmap " + path + ": " + std::strerror(e));
+    }
+    // The descriptor (and with it the lock) lives as long as the mapping
+    // and the caller's handle.
+    auto open = std::make_shared<const OpenFile>(fd);
+    *file = open;
+    return Buffer::Wrap(p, size, [p, size, open] { ::munmap(p, size); });
+  }
+
+  // Deleting `path`: moves it into the bucket's free files when recycling
+  // is on, the file is big enough and the free files stay within the
+  // budget. False: the caller unlinks it.
+  bool Recycle(const std::string& dir, const std::string& path) {
+    if (options_.recycle_bytes == 0) return false;
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+        static_cast<uint64_t>(st.st_size) < kRecycleMinBytes) {
+      return false;
+    }
+    uint64_t held = 0;
+    ScanFree(dir, &held);
+    if (held + static_cast<uint64_t>(st.st_size) > options_.recycle_bytes) return false;
+    const std::string free_dir = dir + "/" + kFreeDir;
+    ::mkdir(free_dir.c_str(), 0755);  // buckets made before recycling existed
+    return ::rename(path.c_str(), (free_dir + "/" + UniqueName()).c_str()) == 0;
+  }
+
+  // Removes free files older than the maximum age; *held (optional) gets
+  // the bytes of those that remain.
+  void ScanFree(const std::string& dir, uint64_t* held) {
+    const std::string free_dir = dir + "/" + kFreeDir;
+    DIR* d = ::opendir(free_dir.c_str());
+    if (held) *held = 0;
+    if (!d) return;
+    const std::time_t now = std::time(nullptr);
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      const std::string f = free_dir + "/" + e->d_name;
+      struct stat st {};
+      if (::stat(f.c_str(), &st) != 0) continue;
+      // A rename sets ctime: the age counts from the delete.
+      if (now - st.st_ctime > options_.recycle_max_age.count()) {
+        ::unlink(f.c_str());
+      } else if (held) {
+        *held += static_cast<uint64_t>(st.st_size);
+      }
+    }
+    ::closedir(d);
+  }
+
+  // Takes the smallest free file of `size` to 2 x `size` bytes for a new
+  // object: renamed to `tmp` (only one claimer can), then locked
+  // exclusively; a file some reader still maps is unlinked instead (the
+  // reader keeps its pages) and the next one tried. Returns a descriptor
+  // open for writing at offset 0, or -1 when there is none.
+  int ClaimFreeFile(const std::string& dir, const std::string& tmp, uint64_t size) {
+    const std::string free_dir = dir + "/" + kFreeDir;
+    std::vector<std::pair<uint64_t, std::string>> fits;
+    if (DIR* d = ::opendir(free_dir.c_str())) {
+      while (dirent* e = ::readdir(d)) {
+        if (e->d_name[0] == '.') continue;
+        struct stat st {};
+        const std::string f = free_dir + "/" + e->d_name;
+        if (::stat(f.c_str(), &st) != 0) continue;
+        const auto n = static_cast<uint64_t>(st.st_size);
+        if (n >= size && n / 2 <= size) fits.emplace_back(n, f);
+      }
+      ::closedir(d);
+    }
+    std::sort(fits.begin(), fits.end());
+    for (const auto& [n, f] : fits) {
+      if (::rename(f.c_str(), tmp.c_str()) != 0) continue;  // another claimer won
+      int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;
+      if (fd >= 0) ::close(fd);
+      ::unlink(tmp.c_str());
+    }
+    return -1;
+  }
   void ReadMeta(const std::string& bucket, const std::string& name, StoredObject* o) const {
     std::ifstream m(BucketDir(bucket) + "/.xsilo-meta/" + name, std::ios::binary);
     std::string etag, type;
@@ -358,10 +495,14 @@ class DirectoryObjectStore : public ObjectStore {
   }
 
   std::string root_;
-  std::atomic<uint64_t> counter_{0};
+  const DirectoryStoreOptions options_;
 };
 
 }  // namespace
+
+OpenFile::~OpenFile() {
+  if (fd >= 0) ::close(fd);
+}
 
 std::string FormatEtag(uint64_t high64, uint64_t low64) {
   char buf[40];
@@ -373,11 +514,12 @@ std::unique_ptr<ObjectStore> NewMemoryObjectStore() {
   return std::make_unique<MemoryObjectStore>();
 }
 
-Result<std::unique_ptr<ObjectStore>> NewDirectoryObjectStore(const std::string& root) {
+Result<std::unique_ptr<ObjectStore>> NewDirectoryObjectStore(const std::string& root,
+                                                             DirectoryStoreOptions options) {
   std::error_code ec;
   std::filesystem::create_directories(root, ec);
   if (ec) return InvalidArgument("cannot create directory " + root + ": " + ec.message());
-  return std::unique_ptr<ObjectStore>(std::make_unique<DirectoryObjectStore>(root));
+  return std::unique_ptr<ObjectStore>(std::make_unique<DirectoryObjectStore>(root, options));
 }
 
 }  // namespace xsilo::s3

@@ -7,6 +7,7 @@
 // Errors are S3 errors (s3/errors.h): NoSuchBucket, NoSuchKey, ...
 #pragma once
 
+#include <chrono>
 #include <ctime>
 #include <map>
 #include <memory>
@@ -19,8 +20,20 @@
 
 namespace xsilo::s3 {
 
+// An open file descriptor, closed with the last owner.
+struct OpenFile {
+  explicit OpenFile(int f) : fd(f) {}
+  ~OpenFile();
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
+  const int fd;
+};
+
 struct StoredObject {
   std::vector<Buffer> segments;
+  // Directory store: the open file the one segment maps, so that a GET can
+  // send it with sendfile(2), no copy through user space. Null otherwise.
+  std::shared_ptr<const OpenFile> file;
   uint64_t size = 0;
   // Quoted, as S3 sends it. Left empty, the store computes the 128-bit
   // XXH3 ETag of a PUT itself (the directory store while it writes).
@@ -62,14 +75,29 @@ class ObjectStore {
   // All keys starting with `prefix`, sorted.
   virtual Result<std::vector<ObjectEntry>> List(const std::string& bucket,
                                                 const std::string& prefix) = 0;
+  // Periodic housekeeping (the directory store drops free files past their
+  // age). Thread-safe; a no-op by default.
+  virtual void Trim() {}
 };
 
 // The ETag of a single PUT: the 128-bit XXH3 of the bytes, quoted hex.
 std::string FormatEtag(uint64_t high64, uint64_t low64);
 
 std::unique_ptr<ObjectStore> NewMemoryObjectStore();
+struct DirectoryStoreOptions {
+  // A deleted object of at least 8 MiB keeps its file in
+  // <bucket>/.xsilo-free/ for reuse by a later PUT of up to its size (as
+  // long as the free files stay within this many bytes and are younger
+  // than recycle_max_age): on tmpfs, overwriting pages that exist costs
+  // about half of allocating fresh ones. Every store reuses free files;
+  // only one with recycle_bytes > 0 keeps them. 0 (default): deletes unlink.
+  uint64_t recycle_bytes = 0;
+  std::chrono::seconds recycle_max_age{30};
+};
+
 // Objects are files under `root`/<bucket>/, written to a temporary file and
 // renamed into place, so a reader never sees a partial object.
-Result<std::unique_ptr<ObjectStore>> NewDirectoryObjectStore(const std::string& root);
+Result<std::unique_ptr<ObjectStore>> NewDirectoryObjectStore(const std::string& root,
+                                                             DirectoryStoreOptions options = {});
 
 }  // namespace xsilo::s3

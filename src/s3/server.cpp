@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cinttypes>
+#include <condition_variable>
 #include <cstdio>
 #include <ctime>
 #include <deque>
@@ -13,6 +15,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "s3/crypto.h"
 #include "s3/errors.h"
@@ -374,6 +377,21 @@ struct S3Server::Impl {
   std::deque<std::string> completed_order;  // oldest first
   std::atomic<uint64_t> next_id{1};
   uint64_t id_salt = std::random_device{}();
+  // Directory mode with recycling: drops free files past their age.
+  std::thread trimmer;
+  std::mutex trim_mu;
+  std::condition_variable trim_cv;
+  bool trim_stop = false;
+
+  ~Impl() { StopTrimmer(); }
+  void StopTrimmer() {
+    {
+      std::lock_guard<std::mutex> lock(trim_mu);
+      trim_stop = true;
+    }
+    trim_cv.notify_all();
+    if (trimmer.joinable()) trimmer.join();
+  }
 
   void Handle(const HttpRequest& req, BodyReader& body, HttpResponse* resp);
   Status Authenticate(Ctx& c);
@@ -1033,6 +1051,13 @@ Status S3Server::Impl::GetObject(Ctx& c) {
   if (c.head) {
     r->omit_body = true;
     r->content_length = len;
+  } else if (obj.file && obj.segments.size() == 1) {
+    // A stored file goes by sendfile: no copy through this process.
+    r->body.clear();
+    r->file_fd = obj.file->fd;
+    r->file_offset = start;
+    r->file_length = len;
+    r->file_owner = std::move(obj.file);
   } else {
     r->SetBody(rr > 0 ? SliceSegments(obj.segments, start, len) : std::move(obj.segments));
   }
@@ -1477,7 +1502,21 @@ Result<std::unique_ptr<S3Server>> S3Server::Start(S3ServerOptions options) {
   if (impl->opts.directory.empty()) {
     impl->store = s3::NewMemoryObjectStore();
   } else {
-    XSILO_ASSIGN_OR_RETURN(impl->store, s3::NewDirectoryObjectStore(impl->opts.directory));
+    s3::DirectoryStoreOptions dso;
+    dso.recycle_bytes = impl->opts.recycle_bytes;
+    XSILO_ASSIGN_OR_RETURN(impl->store, s3::NewDirectoryObjectStore(impl->opts.directory, dso));
+    if (dso.recycle_bytes > 0) {
+      // Free files past their age go even when no request comes.
+      Impl* i = impl.get();
+      impl->trimmer = std::thread([i] {
+        std::unique_lock<std::mutex> lock(i->trim_mu);
+        while (!i->trim_cv.wait_for(lock, std::chrono::seconds(1), [i] { return i->trim_stop; })) {
+          lock.unlock();
+          i->store->Trim();
+          lock.lock();
+        }
+      });
+    }
   }
   for (const std::string& b : impl->opts.buckets) {
     if (!ValidBucketName(b)) return InvalidArgument("S3Server: invalid bucket name " + b);
@@ -1523,7 +1562,10 @@ std::string S3Server::endpoint() const {
   std::string host = impl_->opts.host == "0.0.0.0" ? "127.0.0.1" : impl_->opts.host;
   return "http://" + host + ":" + std::to_string(port());
 }
-void S3Server::Stop() { impl_->http->Stop(); }
+void S3Server::Stop() {
+  impl_->http->Stop();
+  impl_->StopTrimmer();
+}
 
 Status PutObjectInDirectory(const std::string& directory, const std::string& bucket,
                             const std::string& key, const GatherList& body) {

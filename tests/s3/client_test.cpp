@@ -591,7 +591,8 @@ TEST(S3Credentials, ProviderChain) {
 // cut there once. The cut range resumes from the byte where it stopped (no
 // restart from zero, no refetch of other ranges): the server sends the
 // object plus nothing, and the tensor's checksum matches.
-TEST(PresignedDownload, ACutAt40PercentResumesFromTheCut) {
+// `directory`: the server stores on disk and sends by sendfile(2).
+void CutAt40PercentAndResume(bool directory) {
   const uint64_t params = FindTier("big")->parameters;
   const Tensor tensor = testing::PatternTensor(params * 4, 40);
   EncodedPayload payload = EncodeSafetensors({{"model", tensor}});
@@ -608,6 +609,9 @@ TEST(PresignedDownload, ACutAt40PercentResumesFromTheCut) {
   o.access_key = kAk;
   o.secret_key = kSk;
   o.buckets = {"bkt"};
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("xsilo-s3-cut-" + std::to_string(::getpid()));
+  if (directory) o.directory = dir.string();
   o.fault_drop_after_body_bytes = [&](const S3FaultRequest& r) -> int64_t {
     uint64_t first = 0, last = 0;
     if (r.method != "GET" || !parse(r.range, &first, &last)) return -1;
@@ -661,6 +665,58 @@ TEST(PresignedDownload, ACutAt40PercentResumesFromTheCut) {
   EXPECT_EQ(resumed_from, cut_at) << "the resume did not start at the cut";
   EXPECT_EQ(sent, size) << "bytes fetched beyond the object";
   EXPECT_LE(sent, size + range_bytes);
+  server->reset();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PresignedDownload, ACutAt40PercentResumesFromTheCut) { CutAt40PercentAndResume(false); }
+TEST(PresignedDownload, ACutAt40PercentOfAFileSentBySendfileResumesFromTheCut) {
+  CutAt40PercentAndResume(true);
+}
+
+// With a pool, a download's storage goes back to it once the result is
+// dropped, and the next download of the size reuses it (no fresh memory).
+TEST(UrlDownload, APoolLendsTheStorageOfADroppedDownloadToTheNext) {
+  S3ServerOptions o;
+  o.access_key = kAk;
+  o.secret_key = kSk;
+  o.buckets = {"bkt"};
+  auto server = S3Server::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  S3ClientOptions co;
+  co.endpoint = (*server)->endpoint();
+  co.addressing = S3Addressing::kPath;
+  co.credentials = StaticCredentials({kAk, kSk});
+  auto client = S3Client::Create(co);
+  ASSERT_TRUE(client.ok());
+  const uint64_t size = 9ull << 20;  // pooled sizes start at 8 MiB
+  std::string bytes(size, '\0');
+  for (uint64_t i = 0; i < size; ++i) bytes[i] = static_cast<char>(i * 7 + 3);
+  GatherList body;
+  body.Append(Buffer::CopyFrom(bytes));
+  ASSERT_TRUE((*client)->PutObject({.bucket = "bkt", .key = "m", .body = body}).ok());
+  auto url = (*client)->PresignUrl({.method = "GET", .bucket = "bkt", .key = "m"});
+  ASSERT_TRUE(url.ok()) << url.status().ToString();
+  BufferPool pool(1ull << 30, std::chrono::seconds(60));
+  UrlDownloadArgs args;
+  args.url = *url;
+  args.size = size;
+  args.connections = 4;
+  args.pool = &pool;
+  const uint8_t* first_storage = nullptr;
+  {
+    auto got = HttpGetUrlRanges(args);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(got->data.view(), bytes);
+    first_storage = got->data.storage_span().data();
+    EXPECT_EQ(pool.idle_bytes(), 0u);
+  }
+  EXPECT_GE(pool.idle_bytes(), size) << "the dropped download's storage did not go back";
+  auto again = HttpGetUrlRanges(args);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->data.storage_span().data(), first_storage);
+  EXPECT_EQ(again->data.view(), bytes);
+  EXPECT_EQ(pool.idle_bytes(), 0u);
 }
 
 }  // namespace

@@ -40,7 +40,8 @@ LinkReference LinkOf(const netem::State& state);
 Result<LinkReference> MeasureLink(const netem::State& state, const LinkMeasureOptions& options);
 
 // The least time moving `bytes` can take on a measured link: the bytes at
-// the filled link's rate plus one round trip. 0 when not measured.
+// the link's best measured rate (the faster of one stream and the filled
+// link) plus one round trip. 0 when not measured.
 double FloorMs(const LinkReference& link, uint64_t bytes);
 
 }  // namespace xsilo::bench

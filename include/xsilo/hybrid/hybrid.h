@@ -61,6 +61,12 @@ struct HybridOptions {
   // its own stripe (kStripeParam): 1 inline, K striped. 1 = never striped.
   // Default 1.
   int stripe_streams = 1;
+  // Backend key "recycle_bytes": idle storage of objects downloaded by URL
+  // kept for reuse (core BufferPool, 5 s), so that a receiver of one big
+  // model after another does not fault in and zero fresh memory for each.
+  // Over grpc the key also sets grpc's own pool. 0 turns it off.
+  // Default 2 GiB, as grpc's.
+  uint64_t recycle_bytes = 2ull << 30;
 };
 
 // Wraps `inner` (not yet started) and `connector`. A null connector makes a

@@ -336,6 +336,10 @@ struct UrlDownloadArgs {
   int max_range_retries = 5;  // default 5
   std::chrono::milliseconds retry_base_delay{50};
   std::chrono::milliseconds timeout = std::chrono::minutes(10);  // per range request
+  // When set, the result's storage comes from this pool and goes back to it
+  // once the result's last view dies: a receiver of one big object after
+  // another faults in no fresh memory after the first. Not owned.
+  BufferPool* pool = nullptr;
 };
 struct UrlDownloadResult {
   Buffer data;
