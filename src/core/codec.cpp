@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "xsilo/core/base64.h"
 
@@ -218,8 +219,67 @@ void ChecksumStream::Update(std::span<const uint8_t> bytes) {
 }
 uint64_t ChecksumStream::Digest() const { return XXH3_64bits_digest(state_->xxh); }
 
+std::vector<uint64_t> BlockChecksums(const GatherList& bytes, uint64_t block_bytes, int threads) {
+  const uint64_t size = bytes.size;
+  if (block_bytes == 0 || size == 0) return {};
+  const uint64_t n = (size + block_bytes - 1) / block_bytes;
+  std::vector<uint64_t> sums(n);
+  std::vector<uint64_t> starts;  // offset of each segment
+  uint64_t at = 0;
+  for (const Buffer& seg : bytes.segments) {
+    starts.push_back(at);
+    at += seg.size();
+  }
+  auto hash_blocks = [&](uint64_t first, uint64_t last) {
+    XXH3_state_t* state = XXH3_createState();
+    for (uint64_t i = first; i < last; ++i) {
+      const uint64_t lo = i * block_bytes, hi = std::min(size, lo + block_bytes);
+      XXH3_64bits_reset(state);
+      size_t k = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), lo) -
+                                     starts.begin() - 1);
+      for (uint64_t off = lo; off < hi && k < bytes.segments.size(); ++k) {
+        const Buffer& seg = bytes.segments[k];
+        const uint64_t end = std::min(hi, starts[k] + seg.size());
+        if (end > off) XXH3_64bits_update(state, seg.data() + (off - starts[k]), end - off);
+        off = std::max(off, end);
+      }
+      sums[i] = XXH3_64bits_digest(state);
+    }
+    XXH3_freeState(state);
+  };
+  const uint64_t workers = std::clamp<uint64_t>(static_cast<uint64_t>(std::max(threads, 1)), 1, n);
+  std::vector<std::thread> pool;
+  for (uint64_t w = 1; w < workers; ++w) {
+    pool.emplace_back(hash_blocks, n * w / workers, n * (w + 1) / workers);
+  }
+  hash_blocks(0, n / workers);
+  for (auto& t : pool) t.join();
+  return sums;
+}
+
+std::vector<uint64_t> BlockChecksums(std::span<const uint8_t> bytes, uint64_t block_bytes,
+                                     int threads) {
+  GatherList one;
+  one.segments.push_back(Buffer::Wrap(const_cast<uint8_t*>(bytes.data()), bytes.size(), [] {}));
+  one.size = bytes.size();
+  return BlockChecksums(one, block_bytes, threads);
+}
+
+uint64_t BlockDigest(std::span<const uint64_t> sums) {
+  std::vector<uint8_t> le(sums.size() * 8);
+  for (size_t i = 0; i < sums.size(); ++i) PutU64(le.data() + 8 * i, sums[i]);
+  return XXH3_64bits(le.data(), le.size());
+}
+
+uint64_t BlockBytesFor(uint64_t size) {
+  uint64_t b = 1ull << 20;
+  while (b < (1ull << 40) && (size + b - 1) / b > 1024) b <<= 1;
+  return b;
+}
+
 EncodedPayload EncodeSafetensors(const TensorMap& tensors,
-                                 const std::map<std::string, std::string>& metadata) {
+                                 const std::map<std::string, std::string>& metadata,
+                                 bool checksum) {
   std::string header = SafetensorsHeaderJson(tensors, metadata);
   Buffer head = std::move(Buffer::Allocate(8 + header.size())).value();
   PutU64(head.mutable_data(), header.size());
@@ -227,7 +287,7 @@ EncodedPayload EncodeSafetensors(const TensorMap& tensors,
   EncodedPayload out;
   out.bytes.Append(std::move(head));
   for (const auto* entry : PayloadOrder(tensors)) out.bytes.Append(entry->second.data);
-  out.checksum = Checksum(out.bytes);
+  if (checksum) out.checksum = Checksum(out.bytes);
   return out;
 }
 

@@ -12,7 +12,10 @@
 // without storage access spends one on its next big send back to that
 // party; the granting party evicts the object as soon as it has fetched it.
 #include <algorithm>
+#include <charconv>
+#include <cinttypes>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -46,7 +49,8 @@ struct SendJob {
 // One uploaded object, shared by every send of the same content.
 struct Object {
   Key key;
-  std::string url;  // presigned GET, when the connector can presign
+  std::string url;     // presigned GET, when the connector can presign
+  std::string blocks;  // kHybridBlocksParam
   std::shared_future<Status> uploaded;
   int64_t pending_acks = 0;
   Clock::time_point last_use;
@@ -102,6 +106,71 @@ constexpr size_t kGrantsPerPeer = 2;
 // fails the checksum. (Transient failures are retried inside the fetch:
 // connectors' and HttpGetUrlRanges' own retries.)
 constexpr int kFetchAttempts = 3;
+
+// Threads that compute a payload's block checksums.
+int HashThreads() {
+  return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+}
+
+// A payload on its way to the store: its bytes, the XXH3-64 of each of its
+// blocks (BlockChecksums), and their digest as payload.checksum.
+struct Prepared {
+  EncodedPayload payload;
+  uint64_t block_bytes = 0;
+  std::vector<uint64_t> sums;
+};
+
+Prepared Prepare(const TensorMap& tensors) {
+  Prepared p;
+  p.payload = EncodeSafetensors(tensors, {}, /*checksum=*/false);
+  p.block_bytes = BlockBytesFor(p.payload.bytes.size);
+  p.sums = BlockChecksums(p.payload.bytes, p.block_bytes, HashThreads());
+  p.payload.checksum = BlockDigest(p.sums);
+  return p;
+}
+
+// kHybridBlocksParam: "<block bytes>:" then 16 hex digits per block.
+std::string BlocksParam(uint64_t block_bytes, const std::vector<uint64_t>& sums) {
+  std::string out = std::to_string(block_bytes) + ":";
+  out.reserve(out.size() + 16 * sums.size());
+  char hex[17];
+  for (uint64_t v : sums) {
+    std::snprintf(hex, sizeof hex, "%016" PRIx64, v);
+    out.append(hex, 16);
+  }
+  return out;
+}
+
+// Parses kHybridBlocksParam for an object of `size` bytes whose stub names
+// `digest`; Corrupt unless it is well formed and matches both.
+Status ParseBlocksParam(const std::string& text, uint64_t size, uint64_t digest,
+                        uint64_t* block_bytes, std::vector<uint64_t>* sums) {
+  const auto colon = text.find(':');
+  uint64_t block = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + std::min(colon, text.size()), block);
+  if (colon == std::string::npos || ec != std::errc() || end != text.data() + colon ||
+      block < (1ull << 20) || block > (1ull << 40) || (block & (block - 1)) != 0) {
+    return Corrupt("hybrid stub with a malformed block size");
+  }
+  const std::string_view hex = std::string_view(text).substr(colon + 1);
+  const uint64_t n = (size + block - 1) / block;
+  if (hex.size() != 16 * n) {
+    return Corrupt("hybrid stub with " + std::to_string(hex.size() / 16) +
+                   " block checksums for an object of " + std::to_string(n) + " blocks");
+  }
+  sums->resize(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    auto [e, c] = std::from_chars(hex.data() + 16 * i, hex.data() + 16 * (i + 1), (*sums)[i], 16);
+    if (c != std::errc() || e != hex.data() + 16 * (i + 1)) {
+      return Corrupt("hybrid stub with a malformed block checksum");
+    }
+  }
+  if (BlockDigest(*sums) != digest) {
+    return Corrupt("hybrid stub whose block checksums do not match its checksum");
+  }
+  *block_bytes = block;
+  return Status::OK();
+}
 
 class HybridTransport final : public Transport {
  public:
@@ -290,7 +359,8 @@ class HybridTransport final : public Transport {
     }
     if (big.empty()) return m;
     if (!connector_) return OffloadThroughGrant(std::move(m), std::move(big), peers[0]);
-    EncodedPayload payload = EncodeSafetensors(big);
+    Prepared prepared = Prepare(big);
+    const EncodedPayload& payload = prepared.payload;
     const std::string content =
         std::to_string(payload.checksum) + ":" + std::to_string(payload.bytes.size);
 
@@ -317,6 +387,7 @@ class HybridTransport final : public Transport {
       if (stored.ok()) {
         obj->key = stored->key;
         obj->url = std::move(stored->url);
+        obj->blocks = BlocksParam(prepared.block_bytes, prepared.sums);
         objects_by_id_[obj->key.id] = obj;
         upload.set_value(Status::OK());
       } else {
@@ -327,7 +398,7 @@ class HybridTransport final : public Transport {
     }
     Status up = obj->uploaded.get();
     if (!up.ok()) return up;
-    MakeStub(&m, obj->key, payload.checksum, obj->url);
+    MakeStub(&m, obj->key, payload.checksum, obj->blocks, obj->url);
     return m;
   }
 
@@ -353,9 +424,11 @@ class HybridTransport final : public Transport {
   }
 
   // Turns `m` into the stub of an object: what a receiver fetches and checks.
-  static void MakeStub(Message* m, const Key& key, uint64_t checksum, const std::string& url) {
+  static void MakeStub(Message* m, const Key& key, uint64_t checksum, const std::string& blocks,
+                       const std::string& url) {
     m->params[kHybridKeyParam] = key.ToJson();
     m->params[kHybridChecksumParam] = static_cast<int64_t>(checksum);
+    m->params[kHybridBlocksParam] = blocks;
     if (!url.empty()) m->params[kHybridUrlParam] = url;
   }
 
@@ -483,7 +556,8 @@ class HybridTransport final : public Transport {
   void ProbeStore(int32_t peer) {
     auto probe = ProbeMessage(AutoRouter::kStoreProbeBytes);
     if (!probe.ok()) return;
-    EncodedPayload payload = EncodeSafetensors(probe->tensors);
+    Prepared prepared = Prepare(probe->tensors);
+    const EncodedPayload& payload = prepared.payload;
     auto stored = PutObject(payload.bytes);
     if (!stored.ok()) return;
     const Key& key = stored->key;
@@ -498,7 +572,8 @@ class HybridTransport final : public Transport {
     }
     Message stub;
     stub.type = kProbeType;
-    MakeStub(&stub, key, payload.checksum, stored->url);
+    MakeStub(&stub, key, payload.checksum, BlocksParam(prepared.block_bytes, prepared.sums),
+             stored->url);
     inner_->SendAsync(peer, std::move(stub), [](const Status&) {});
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, kStoreProbeTimeout,
@@ -551,7 +626,8 @@ class HybridTransport final : public Transport {
       }
     }
     if (grant) {
-      EncodedPayload payload = EncodeSafetensors(big);
+      Prepared prepared = Prepare(big);
+      const EncodedPayload& payload = prepared.payload;
       Status put;
       const auto start = Clock::now();
       if (grant->part_urls.empty()) {
@@ -572,7 +648,7 @@ class HybridTransport final : public Transport {
       if (put.ok()) {
         Key key = grant->key;
         key.size = payload.bytes.size;
-        MakeStub(&m, key, payload.checksum, "");
+        MakeStub(&m, key, payload.checksum, BlocksParam(prepared.block_bytes, prepared.sums), "");
         return m;
       }
       std::cerr << "xsilo " << name_ << ": upload through a grant of rank " << peer
@@ -811,21 +887,36 @@ class HybridTransport final : public Transport {
                                " bytes, above max_message_bytes " +
                                std::to_string(options_.max_message_bytes));
     }
+    // Block checksums (every stub of this version has them): a download by
+    // URL checks each range as it arrives; otherwise the blocks are hashed
+    // after the fetch, in parallel. A stub without them is checked whole.
+    Blocks blocks;
+    if (auto it = m->params.find(kHybridBlocksParam); it != m->params.end()) {
+      auto text = m->GetString(kHybridBlocksParam);
+      if (!text.ok()) return Corrupt("hybrid stub with malformed block checksums");
+      XSILO_RETURN_IF_ERROR(ParseBlocksParam(*text, key.size, static_cast<uint64_t>(*sum),
+                                             &blocks.block_bytes, &blocks.sums));
+    }
     // A fetch that fails its checksum (bytes damaged on the way) is fetched
     // again; an object damaged at rest fails every time and the message is
     // refused, never delivered.
     Result<Buffer> object = Internal("not fetched yet");
     for (int attempt = 1;; ++attempt) {
       const auto start = Clock::now();
-      object = Fetch(*m, key);
+      bool checked = false;
+      object = Fetch(*m, key, blocks, &checked);
       if (object.ok() && report && !connector_) {
         report->bytes = object->size();
         report->micros =
             std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
         report->streams = hybrid_.url_connections;
       }
-      if (object.ok() && static_cast<int64_t>(Checksum(object->span())) != *sum) {
-        object = Corrupt("object " + key.id + " failed its checksum");
+      if (object.ok() && !checked) {
+        const bool good =
+            blocks.block_bytes > 0
+                ? BlockChecksums(object->span(), blocks.block_bytes, HashThreads()) == blocks.sums
+                : static_cast<int64_t>(Checksum(object->span())) == *sum;
+        if (!good) object = Corrupt("object " + key.id + " failed its checksum");
       }
       if (object.ok() || attempt == kFetchAttempts ||
           object.status().code() != StatusCode::kCorrupt) {
@@ -841,12 +932,19 @@ class HybridTransport final : public Transport {
     for (auto& [name, t] : tensors) m->tensors.insert_or_assign(name, std::move(t));
     m->params.erase(kHybridKeyParam);
     m->params.erase(kHybridChecksumParam);
+    m->params.erase(kHybridBlocksParam);
     m->params.erase(kHybridUrlParam);
     return Status::OK();
   }
 
-  // One fetch of a stub's object, with the connector or by its URL.
-  Result<Buffer> Fetch(const Message& m, const Key& key) {
+  struct Blocks {
+    uint64_t block_bytes = 0;  // 0: the stub has none
+    std::vector<uint64_t> sums;
+  };
+
+  // One fetch of a stub's object, with the connector or by its URL. *checked
+  // is set when the fetch verified the bytes against `blocks` itself.
+  Result<Buffer> Fetch(const Message& m, const Key& key, const Blocks& blocks, bool* checked) {
     std::optional<Buffer> object;
     if (connector_) {
       XSILO_ASSIGN_OR_RETURN(object, connector_->Get(key));
@@ -860,6 +958,9 @@ class HybridTransport final : public Transport {
       args.size = key.size;
       args.connections = hybrid_.url_connections;
       args.pool = pool_.get();
+      args.block_bytes = blocks.block_bytes;
+      args.block_sums = blocks.sums;
+      *checked = blocks.block_bytes > 0;
       auto fetched = HttpGetUrlRanges(args);
       if (!fetched.ok() && fetched.status().code() != StatusCode::kNotFound)
         return fetched.status();

@@ -144,6 +144,7 @@ size_t WriteCallback(char* data, size_t size, size_t n, void* user) {
   }
   std::memcpy(base + r->received, data, len);
   r->received += len;
+  if (c->dest && c->on_data) c->on_data(r->received);
   return len;
 }
 

@@ -193,6 +193,9 @@ struct Call {
   bool allocate_body = false;
   int expect_status = 0;  // non-zero: any other 2xx is an error
   int max_retries = -1;   // -1: the client's option
+  // With dest: called after each piece of the body was written there, with
+  // the bytes received so far (from dest).
+  std::function<void(uint64_t received)> on_data;
 };
 
 struct Reply {

@@ -137,25 +137,60 @@ Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
   const uint64_t size = args.size;
   uint64_t range = (size + args.connections - 1) / args.connections;
   range = std::clamp<uint64_t>(range, 1ull << 20, 64ull << 20);
+  const uint64_t block = args.block_bytes;
+  if (block > 0) {
+    if (args.block_sums.size() != (size + block - 1) / block) {
+      return InvalidArgument("HttpGetUrlRanges: " + std::to_string(args.block_sums.size()) +
+                             " block checksums for " + std::to_string(size) +
+                             " bytes in blocks of " + std::to_string(block));
+    }
+    range = (range + block - 1) / block * block;  // whole blocks
+  }
   const uint64_t n_ranges = (size + range - 1) / range;
   out.ranges = n_ranges;
   std::atomic<uint64_t> retries{0};
   uint8_t* base = out.data.mutable_data();
   auto fetch_range = [&](uint64_t i, const std::atomic<bool>& failed) -> Status {
     const uint64_t start = i * range;
-    return FetchRangeResuming(
-        start, std::min(range, size - start), args.max_range_retries, args.retry_base_delay, failed,
-        &retries, [&](uint64_t from, uint64_t n, Reply* r) {
-          Call c;
-          c.method = "GET";
-          c.key = args.url;
-          c.headers.emplace_back(
-              "Range", "bytes=" + std::to_string(from) + "-" + std::to_string(from + n - 1));
-          c.dest = base + from;
-          c.dest_capacity = n;
-          c.expect_status = 206;
-          return PlainTransfer(c, args.timeout, r);
-        });
+    const uint64_t len = std::min(range, size - start);
+    // Each block is hashed as soon as its last byte is in, while it is
+    // still in cache, on this range's thread: the check runs alongside the
+    // transfer instead of after it. [start, checked) is checked.
+    uint64_t checked = start;
+    std::optional<uint64_t> bad;  // first block that failed
+    auto check_to = [&](uint64_t end) {
+      while (block > 0 && !bad && checked < start + len) {
+        const uint64_t n = std::min(block, size - checked);
+        if (checked + n > end) break;
+        if (Checksum(std::span<const uint8_t>(base + checked, n)) !=
+            args.block_sums[checked / block]) {
+          bad = checked;
+        }
+        checked += n;
+      }
+    };
+    auto request = [&](uint64_t from, uint64_t n, Reply* r) {
+      Call c;
+      c.method = "GET";
+      c.key = args.url;
+      c.headers.emplace_back("Range",
+                             "bytes=" + std::to_string(from) + "-" + std::to_string(from + n - 1));
+      c.dest = base + from;
+      c.dest_capacity = n;
+      c.expect_status = 206;
+      if (block > 0) c.on_data = [&, from](uint64_t received) { check_to(from + received); };
+      return PlainTransfer(c, args.timeout, r);
+    };
+    Status fetched = FetchRangeResuming(start, len, args.max_range_retries, args.retry_base_delay,
+                                        failed, &retries, request);
+    if (!fetched.ok()) return fetched;
+    check_to(start + len);
+    if (bad) {
+      return Corrupt("bytes " + std::to_string(*bad) + "-" +
+                     std::to_string(*bad + std::min(block, size - *bad) - 1) +
+                     " failed their block checksum");
+    }
+    return Status::OK();
   };
   Status st = ParallelForEach(n_ranges, args.connections, fetch_range);
   out.range_retries = retries.load();

@@ -270,5 +270,49 @@ TEST(CodecErrors, MalformedMessageHeader) {
           .ok());
 }
 
+// Block checksums: each block is the XXH3-64 of its bytes wherever the
+// gather list's segments cut it, on any number of threads; the digest
+// changes with any block.
+TEST(BlockChecksums, EachBlockHashesItsBytesAcrossSegmentsOnAnyThreads) {
+  std::string bytes(5 * 1000 + 123, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 31 + 7);
+  // Segments of odd sizes (and an empty one) that straddle block edges.
+  GatherList g;
+  for (size_t at = 0, k = 0; at < bytes.size(); ++k) {
+    const size_t n = std::min<size_t>(bytes.size() - at, 1 + (k * 977) % 2500);
+    g.Append(Buffer::CopyFrom(bytes.data() + at, n));
+    g.segments.push_back(Buffer());
+    at += n;
+  }
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  for (int threads : {1, 2, 3, 8}) {
+    const auto sums = BlockChecksums(g, 1000, threads);
+    ASSERT_EQ(sums.size(), 6u);
+    for (size_t b = 0; b < sums.size(); ++b) {
+      const size_t n = std::min<size_t>(1000, bytes.size() - b * 1000);
+      EXPECT_EQ(sums[b], Checksum(std::span<const uint8_t>(data + b * 1000, n)))
+          << "block " << b << ", " << threads << " threads";
+    }
+    EXPECT_EQ(BlockChecksums(std::span<const uint8_t>(data, bytes.size()), 1000, threads), sums);
+  }
+  EXPECT_TRUE(BlockChecksums(GatherList{}, 1000).empty());
+  const auto sums = BlockChecksums(g, 1000);
+  auto changed = sums;
+  changed[3] ^= 1;
+  EXPECT_NE(BlockDigest(sums), BlockDigest(changed));
+  EXPECT_NE(BlockDigest(sums), BlockDigest(std::span<const uint64_t>(sums).first(5)));
+}
+
+TEST(BlockChecksums, BlockSizeKeepsAtMost1024BlocksOfAtLeast1MiB) {
+  EXPECT_EQ(BlockBytesFor(0), 1ull << 20);
+  EXPECT_EQ(BlockBytesFor(265ull << 20), 1ull << 20);
+  EXPECT_EQ(BlockBytesFor(1024ull << 20), 1ull << 20);
+  EXPECT_EQ(BlockBytesFor((1024ull << 20) + 1), 2ull << 20);
+  const uint64_t big = 5ull << 30;  // over 2 GiB
+  const uint64_t b = BlockBytesFor(big);
+  EXPECT_LE((big + b - 1) / b, 1024u);
+  EXPECT_GT((big + b / 2 - 1) / (b / 2), 1024u);
+}
+
 }  // namespace
 }  // namespace xsilo

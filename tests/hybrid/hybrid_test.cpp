@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <filesystem>
 #include <mutex>
 #include <thread>
@@ -10,6 +11,8 @@
 #include "transport/conformance.h"
 #include "transport/test_util.h"
 #include "xsilo/hybrid/hybrid.h"
+#include "xsilo/s3/client.h"
+#include "xsilo/s3/server.h"
 
 namespace {
 std::string TestDir(const char* what) {
@@ -239,6 +242,88 @@ TEST(HybridBadInput, AStubClaimingAHugeObjectIsRefusedBeforeAllocation) {
   EXPECT_TRUE(PatternIntact(*got)) << "a refused stub was delivered";
   EXPECT_LT(Buffer::PeakAllocatedBytes(), live + (1 << 20))
       << "the receiver allocated for an object above max_message_bytes";
+  receiver->Stop();
+  (*raw)->Stop();
+}
+
+// A stub whose block checksums are malformed, of the wrong count for its
+// object, do not match its checksum, or do not match the bytes served is
+// refused, never delivered; the same stub with the right ones delivers.
+TEST(HybridBadInput, AStubWithBadBlockChecksumsIsRefused) {
+  S3ServerOptions so;
+  so.access_key = "blocks-ak";
+  so.secret_key = "blocks-sk";
+  so.buckets = {"bkt"};
+  auto server = S3Server::Start(so);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  S3ClientOptions co;
+  co.endpoint = (*server)->endpoint();
+  co.addressing = S3Addressing::kPath;
+  co.credentials = StaticCredentials({so.access_key, so.secret_key});
+  auto client = S3Client::Create(co);
+  ASSERT_TRUE(client.ok());
+  // The object: the tensors of a pattern message over two blocks.
+  Message original = PatternMessage((1 << 20) + 4096, 11, 4);
+  EncodedPayload payload = EncodeSafetensors(original.tensors);
+  ASSERT_TRUE((*client)->PutObject({.bucket = "bkt", .key = "obj", .body = payload.bytes}).ok());
+  auto url = (*client)->PresignUrl({.method = "GET", .bucket = "bkt", .key = "obj"});
+  ASSERT_TRUE(url.ok()) << url.status().ToString();
+  const uint64_t block = 1 << 20;
+  const std::vector<uint64_t> sums = BlockChecksums(payload.bytes, block);
+  ASSERT_EQ(sums.size(), 2u);
+  auto hex = [](const std::vector<uint64_t>& v) {
+    std::string out;
+    char h[17];
+    for (uint64_t x : v) {
+      std::snprintf(h, sizeof h, "%016llx", static_cast<unsigned long long>(x));
+      out += h;
+    }
+    return out;
+  };
+  const std::string good = hex(sums);
+  std::vector<uint64_t> flipped = sums;
+  flipped[1] ^= 1;  // a checksum the served bytes do not have, digest consistent
+  auto digest = [](const std::vector<uint64_t>& v) { return static_cast<int64_t>(BlockDigest(v)); };
+
+  const std::string fabric = "hybrid-blocks-" + std::to_string(getpid());
+  TransportOptions o0, o1;
+  o0.rank = 0;
+  o1.rank = 1;
+  o0.world_size = o1.world_size = 2;
+  o0.address = o1.address = fabric;
+  auto raw = TransportRegistry::Global().Create("inproc", o0);
+  auto inner = TransportRegistry::Global().Create("inproc", o1);
+  ASSERT_TRUE(raw.ok() && inner.ok());
+  auto receiver = MakeHybridTransport(o1, std::move(inner).value(), nullptr, {});
+  ASSERT_TRUE((*raw)->Start().ok());
+  ASSERT_TRUE(receiver->Start().ok());
+  auto stub = [&](const std::string& blocks, int64_t sum, int64_t round) {
+    Message m = original;
+    m.tensors.clear();
+    m.round = round;
+    m.params[kHybridKeyParam] = Key{"s3", "obj", payload.bytes.size, {}}.ToJson();
+    m.params[kHybridChecksumParam] = sum;
+    m.params[kHybridBlocksParam] = blocks;
+    m.params[kHybridUrlParam] = *url;
+    return m;
+  };
+  const std::vector<std::pair<std::string, int64_t>> bad = {
+      {"1048576:" + good.substr(0, 20), digest(sums)},       // torn hex
+      {"1048576:" + good, digest(sums) + 1},                 // not its checksum
+      {"1048576:" + good.substr(0, 16), digest({sums[0]})},  // one block for two
+      {"1000:" + good, digest(sums)},                        // block under 1 MiB
+      {"x:" + good, digest(sums)},                           // no block size
+      {"1048576:" + hex(flipped), digest(flipped)},          // not the served bytes
+  };
+  for (size_t i = 0; i < bad.size(); ++i) {
+    ASSERT_TRUE((*raw)->Send(1, stub(bad[i].first, bad[i].second, 100 + i), 30s).ok());
+  }
+  ASSERT_TRUE((*raw)->Send(1, stub("1048576:" + good, digest(sums), 4), 30s).ok());
+  auto got = receiver->Receive(60s);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->round, 4) << "a stub with bad block checksums was delivered";
+  EXPECT_TRUE(PatternIntact(*got));
+  EXPECT_EQ(got->params.count(kHybridBlocksParam), 0u);
   receiver->Stop();
   (*raw)->Stop();
 }

@@ -65,14 +65,32 @@ struct DecodeLimits {
 // so every tensor starts at a multiple of its element size.
 std::vector<const std::pair<const std::string, Tensor>*> PayloadOrder(const TensorMap& tensors);
 
+// `checksum` false leaves EncodedPayload::checksum 0 (for a caller that
+// checksums the bytes its own way, e.g. by BlockChecksums).
 EncodedPayload EncodeSafetensors(const TensorMap& tensors,
-                                 const std::map<std::string, std::string>& metadata = {});
+                                 const std::map<std::string, std::string>& metadata = {},
+                                 bool checksum = true);
 Result<TensorMap> DecodeSafetensors(const Buffer& payload, const DecodeLimits& limits = {},
                                     std::map<std::string, std::string>* metadata = nullptr);
 
 // XXH3-64 over a gather list / a contiguous span.
 uint64_t Checksum(const GatherList& bytes);
 uint64_t Checksum(std::span<const uint8_t> bytes);
+
+// XXH3-64 of each consecutive block of `block_bytes` (> 0; the last block
+// may be shorter; none for empty bytes). Blocks are independent: they are
+// hashed on up to `threads` threads, and a receiver can check each range
+// of them as it arrives instead of a second pass over the whole.
+std::vector<uint64_t> BlockChecksums(const GatherList& bytes, uint64_t block_bytes,
+                                     int threads = 1);
+std::vector<uint64_t> BlockChecksums(std::span<const uint8_t> bytes, uint64_t block_bytes,
+                                     int threads = 1);
+// One figure for a list of block checksums: XXH3-64 of them as
+// little-endian u64s.
+uint64_t BlockDigest(std::span<const uint64_t> sums);
+// The block size for `size` bytes: the smallest power of two of at least
+// 1 MiB that makes at most 1024 blocks.
+uint64_t BlockBytesFor(uint64_t size);
 
 // XXH3-64 of bytes fed in pieces; equals Checksum() over their concatenation.
 class ChecksumStream {

@@ -96,6 +96,10 @@ void RegisterHybridTransports();
 inline constexpr const char* kHybridKeyParam = "xsilo.hybrid.key";
 inline constexpr const char* kHybridChecksumParam = "xsilo.hybrid.xxh3";
 inline constexpr const char* kHybridUrlParam = "xsilo.hybrid.url";
+// "<block bytes>:<16 hex digits per block>": the XXH3-64 of each block of
+// the object (core BlockChecksums); kHybridChecksumParam is then their
+// BlockDigest.
+inline constexpr const char* kHybridBlocksParam = "xsilo.hybrid.blocks";
 // Prefix of the upload grant for rank r: "xsilo.hybrid.grant.<r>" = JSON
 // {"key": <Key JSON>, "url": <presigned PUT URL>}.
 inline constexpr const char* kHybridGrantPrefix = "xsilo.hybrid.grant.";

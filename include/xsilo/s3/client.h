@@ -22,6 +22,7 @@
 #include <ctime>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -340,6 +341,14 @@ struct UrlDownloadArgs {
   // once the result's last view dies: a receiver of one big object after
   // another faults in no fresh memory after the first. Not owned.
   BufferPool* pool = nullptr;
+  // When block_bytes > 0: the object's BlockChecksums at that block size
+  // (one per block, all of them). Ranges are then whole blocks, and each
+  // range is checked right after it arrived, on its own connection's
+  // thread, while the other ranges are still coming: a range whose bytes
+  // fail fails the download with Corrupt, and no second pass over the
+  // whole object is needed. Not owned.
+  uint64_t block_bytes = 0;
+  std::span<const uint64_t> block_sums;
 };
 struct UrlDownloadResult {
   Buffer data;
