@@ -18,12 +18,30 @@ void AutoRouter::OnRtt(int32_t peer, double seconds, Clock::time_point at) {
   p.ping_out = false;
   p.last_pong = at;
   if (p.pongs++ == 0) p.first_pong = at;
+  AfterObservationLocked(p, at);
 }
 
 void AutoRouter::OnTransfer(int32_t peer, uint64_t bytes, double seconds, int streams,
                             Clock::time_point at) {
   std::lock_guard<std::mutex> lock(mu_);
-  PeerLocked(peer).estimator.AddTransfer(at, bytes, seconds, streams);
+  Peer& p = PeerLocked(peer);
+  p.estimator.AddTransfer(at, bytes, seconds, streams);
+  AfterObservationLocked(p, at);
+}
+
+void AutoRouter::AfterObservationLocked(Peer& p, Clock::time_point at) {
+  if (p.estimator.changes() == p.changes_seen) return;
+  p.changes_seen = p.estimator.changes();
+  if (p.probe == Probe::kSettled && at - p.settled_at >= kReprobeInterval) {
+    p.probe = Probe::kUnsettled;
+    p.wanted = false;  // the next big message asks again, and waits from then
+  }
+}
+
+void AutoRouter::SettleLocked(Peer& p, Clock::time_point at) {
+  p.probe = Probe::kSettled;
+  p.settled_at = at;
+  settled_.notify_all();
 }
 
 AutoChoice AutoRouter::Choose(const std::vector<int32_t>& peers, uint64_t bytes,
@@ -117,8 +135,7 @@ bool AutoRouter::ProbeDueLocked(Peer& p, Clock::time_point now) {
   // Past its wait the message went by the defaults; the link is learned
   // from the messages from then on.
   if (now > WaitUntil(p) || e.rtt_s < 0 || e.rtt_s >= kProbeMaxRtt) {
-    p.probe = Probe::kSettled;
-    settled_.notify_all();
+    SettleLocked(p, now);
     return false;
   }
   p.probe = Probe::kRunning;
@@ -127,8 +144,7 @@ bool AutoRouter::ProbeDueLocked(Peer& p, Clock::time_point now) {
 
 void AutoRouter::ProbeDone(int32_t peer) {
   std::lock_guard<std::mutex> lock(mu_);
-  PeerLocked(peer).probe = Probe::kSettled;
-  settled_.notify_all();
+  SettleLocked(PeerLocked(peer), Clock::now());
 }
 
 void AutoRouter::WaitSettled(const std::vector<int32_t>& peers) {
@@ -139,7 +155,8 @@ void AutoRouter::WaitSettled(const std::vector<int32_t>& peers) {
       if (p.probe == Probe::kSettled) break;
       const auto until = WaitUntil(p);
       if (Clock::now() >= until) {
-        p.probe = Probe::kSettled;  // given up waiting; a probe still running reports later
+        // Given up waiting; a probe still running reports later.
+        SettleLocked(p, Clock::now());
         break;
       }
       settled_.wait_until(lock, until);

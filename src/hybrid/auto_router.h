@@ -53,7 +53,11 @@ class AutoRouter {
   bool WantsPing(int32_t peer, Clock::time_point now);
   void PingSent(int32_t peer, Clock::time_point now);
 
-  // The probe (docs/auto.md, "The probe"). Before its first message of
+  // The probe (docs/auto.md, "The probe"). A change of the link the
+  // estimator detects (a new round trip, a rate that moved) re-arms it, at
+  // most once per kReprobeInterval; a new path (LinkEstimatorOptions::
+  // path_change_rtt_s) also drops the old rates, so until they are measured
+  // again the defaults and the probes by message route. Before its first message of
   // 1 MiB or more to a peer whose start echoes (kStartEchoes) are in, a link
   // under kProbeMaxRtt gets one inline send of kInlineProbeBytes
   // (after an unmeasured warm-up) and one store transfer of
@@ -100,10 +104,15 @@ class AutoRouter {
   // While messages flow, an echo goes at most this often, so that a link
   // that got slower shows in the round trip (and flushes the window).
   static constexpr std::chrono::milliseconds kEchoInterval{1000};
+  // A detected change of the link re-arms its probe (the next big message
+  // waits for a new one, on a short link), at most this often.
+  static constexpr std::chrono::seconds kReprobeInterval{30};
   enum class Probe { kUnsettled, kRunning, kSettled };
   struct Peer {
     LinkEstimator estimator;
     Probe probe = Probe::kUnsettled;
+    Clock::time_point settled_at{};
+    int changes_seen = 0;  // estimator.changes() already acted on
     bool wanted = false;
     Clock::time_point wanted_at{}, first_pong{};
     Clock::time_point ping_sent{};
@@ -113,6 +122,9 @@ class AutoRouter {
     std::deque<double> rtts;  // the last kRttWindow echoes
   };
   Peer& PeerLocked(int32_t peer) { return peers_[peer]; }
+  // After an observation: a change the estimator detected re-arms the probe.
+  void AfterObservationLocked(Peer& p, Clock::time_point at);
+  void SettleLocked(Peer& p, Clock::time_point at);
   bool ProbeDueLocked(Peer& p, Clock::time_point now);
   static Clock::time_point WaitUntil(const Peer& p) {
     return std::max(p.wanted_at, p.first_pong) + kProbeWait;

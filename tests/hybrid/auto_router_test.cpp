@@ -162,9 +162,44 @@ TEST(AutoRouter, ALinkThatGotSlowerIsSeenWithinAFewEchoes) {
   }
   EXPECT_NEAR(r.EstimateOf(1).rtt_s, 0.166, 0.001);
   EXPECT_LE(echoes, 6);
+  // A new path: the LAN's rates are dropped, so a 20 MiB message is not
+  // sent inline by them (1 GB/s would predict 0.19 s) but goes to the
+  // store, which measures the new link.
+  EXPECT_EQ(r.EstimateOf(1).one_stream_Bps, 0);
+  EXPECT_EQ(r.Choose({1}, 20 * kMiB, true).path, AutoPath::kStore) << r.last_reason();
   // The inline sends slow down too (window-bound at the new round trip).
   for (int i = 0; i < 3; ++i) r.OnTransfer(1, 20 * kMiB, 0.166 + 2.0, 1, now);
   EXPECT_EQ(r.Choose({1}, 20 * kMiB, true).path, AutoPath::kStore) << r.last_reason();
+}
+
+// A link that changes is probed again: a short link probed at connect
+// that becomes slow and then short again (the emulator's `netem set`) gets
+// a new probe before its next big message, once the change is seen, and
+// not more often than every kReprobeInterval.
+TEST(AutoRouter, AChangedShortLinkIsProbedAgain) {
+  AutoRouter r;
+  auto now = AutoRouter::Clock::now();
+  for (int i = 0; i < 5; ++i) r.OnRtt(1, 0.0012, now);
+  ASSERT_EQ(r.WantProbe({1}, now), std::vector<int32_t>{1});
+  r.OnTransfer(1, 16 * kMiB, 0.02, 1, now);
+  r.OnTransfer(1, 32 * kMiB, 0.03, 32, now);
+  r.ProbeDone(1);
+  EXPECT_TRUE(r.WantProbe({1}, now).empty()) << "probed once";
+  // The link goes to 40 ms and back to 5 ms, each seen within five echoes
+  // (three flush the window of the least of three, three depart).
+  now += std::chrono::seconds(60);
+  for (int i = 0; i < 5; ++i) r.OnRtt(1, 0.040, now);
+  EXPECT_EQ(r.EstimateOf(1).one_stream_Bps, 0) << "the old path's rates stay";
+  EXPECT_TRUE(r.WantProbe({1}, now).empty()) << "40 ms is learned from messages";
+  now += std::chrono::seconds(10);
+  for (int i = 0; i < 5; ++i) r.OnRtt(1, 0.005, now);
+  EXPECT_NEAR(r.EstimateOf(1).rtt_s, 0.005, 1e-9);
+  EXPECT_TRUE(r.WantProbe({1}, now).empty()) << "within kReprobeInterval of the last settling";
+  now += std::chrono::seconds(40);
+  for (int i = 0; i < 5; ++i) r.OnRtt(1, 0.0100, now);  // moves again: a change
+  EXPECT_EQ(r.WantProbe({1}, now), std::vector<int32_t>{1}) << "probed again";
+  r.ProbeDone(1);
+  EXPECT_TRUE(r.WantProbe({1}, now).empty());
 }
 
 // The probe: before the first big message, a link under 20 ms whose start

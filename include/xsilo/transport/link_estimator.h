@@ -37,6 +37,12 @@ struct LinkEstimatorOptions {
   double transfer_round_trips = 1;
   // An estimate without a new sample for this long is stale. Default 10 min.
   std::chrono::milliseconds max_age = std::chrono::minutes(10);
+  // A change of the round trip that moves it by at least this much is a
+  // new path (a route, a link that went from LAN to WAN): the throughput
+  // figures measured on the old one no longer hold and are dropped, to be
+  // learned again. (Loopback round trips move between 0.05 and 1 ms with
+  // the load; that is no new path.) Default 1 ms.
+  double path_change_rtt_s = 0.001;
 };
 
 // RemeasureReason when only the parallel probe is missing.
@@ -69,6 +75,8 @@ class LinkEstimator {
   void AcknowledgeChange();
   // Changes detected so far (of any figure).
   int changes() const { return changes_; }
+  // Times the throughput figures were dropped for a new path.
+  int path_changes() const { return path_changes_; }
 
  private:
   // One smoothed figure with outlier rejection and change detection.
@@ -88,6 +96,7 @@ class LinkEstimator {
   bool any_sample_ = false;
   Clock::time_point last_sample_{};
   int changes_ = 0;
+  int path_changes_ = 0;
   std::string change_;  // unacknowledged change, "" when none
 };
 

@@ -55,7 +55,16 @@ void LinkEstimator::AddRtt(Clock::time_point at, double rtt_s) {
   any_sample_ = true;
   last_sample_ = std::max(last_sample_, at);
   const double before = rtt_.value;
-  if (Add(&rtt_, rtt_s, options_.rtt_gain)) NoteChange("round trip", before, rtt_.value, "ms", 1e3);
+  if (!Add(&rtt_, rtt_s, options_.rtt_gain)) return;
+  NoteChange("round trip", before, rtt_.value, "ms", 1e3);
+  if (std::fabs(rtt_.value - before) >= options_.path_change_rtt_s) {
+    // A new path: what was measured on the old one says nothing about it.
+    one_stream_ = Figure();
+    aggregate_ = Figure();
+    aggregate_streams_ = 0;
+    ++path_changes_;
+    change_ += " (a new path: throughput to be measured again)";
+  }
 }
 
 bool LinkEstimator::AddTransfer(Clock::time_point at, uint64_t bytes, double seconds, int streams) {

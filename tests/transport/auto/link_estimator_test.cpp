@@ -142,7 +142,33 @@ TEST(LinkEstimator, RoundTripChangeAsksForRemeasure) {
   e.AddRtt(At(2), 0.120);
   EXPECT_EQ(e.changes(), 1);
   EXPECT_DOUBLE_EQ(e.estimate().rtt_s, 0.110);
-  EXPECT_EQ(e.RemeasureReason(At(2)), "round trip changed from 10 to 110 ms");
+  EXPECT_EQ(e.RemeasureReason(At(2)),
+            "round trip changed from 10 to 110 ms (a new path: throughput to be measured again)");
+  // The aggregate was measured on the old path: dropped.
+  EXPECT_EQ(e.estimate().aggregate_Bps, 0);
+  EXPECT_EQ(e.estimate().aggregate_streams, 0);
+  EXPECT_EQ(e.path_changes(), 1);
+}
+
+// A round trip that moves by less than path_change_rtt_s (loopback under
+// load: 0.05 to 0.5 ms) is a change of the figure, not a new path: the
+// throughput figures stay.
+TEST(LinkEstimator, ASmallRoundTripChangeKeepsTheThroughput) {
+  LinkEstimator e;
+  e.AddRtt(At(0), 0.00005);
+  e.AddTransfer(At(0), 100 * kMB, 0.05, 1);  // 2 GB/s
+  e.AddTransfer(At(0), 100 * kMB, 0.04, 8);
+  for (int i = 1; i <= 3; ++i) e.AddRtt(At(i), 0.0005);
+  EXPECT_EQ(e.changes(), 1);
+  EXPECT_EQ(e.path_changes(), 0);
+  EXPECT_GT(e.estimate().one_stream_Bps, 0);
+  EXPECT_GT(e.estimate().aggregate_Bps, 0);
+  // From LAN to a 83 ms link: a new path.
+  for (int i = 4; i <= 6; ++i) e.AddRtt(At(i), 0.083);
+  EXPECT_EQ(e.path_changes(), 1);
+  EXPECT_EQ(e.estimate().one_stream_Bps, 0);
+  EXPECT_EQ(e.estimate().aggregate_Bps, 0);
+  EXPECT_NEAR(e.estimate().rtt_s, 0.083, 1e-9);
 }
 
 TEST(LinkEstimator, StaleEstimateAsksForRemeasure) {
