@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <system_error>
 #include <thread>
 
 #include "xsilo/core/base64.h"
@@ -250,7 +251,13 @@ std::vector<uint64_t> BlockChecksums(const GatherList& bytes, uint64_t block_byt
   const uint64_t workers = std::clamp<uint64_t>(static_cast<uint64_t>(std::max(threads, 1)), 1, n);
   std::vector<std::thread> pool;
   for (uint64_t w = 1; w < workers; ++w) {
-    pool.emplace_back(hash_blocks, n * w / workers, n * (w + 1) / workers);
+    const uint64_t lo = n * w / workers, hi = n * (w + 1) / workers;
+    try {
+      pool.emplace_back(hash_blocks, lo, hi);
+    } catch (const std::system_error&) {
+      hash_blocks(lo, n);  // no more threads: the rest on this one
+      break;
+    }
   }
   hash_blocks(0, n / workers);
   for (auto& t : pool) t.join();

@@ -30,9 +30,18 @@ void AutoRouter::OnTransfer(int32_t peer, uint64_t bytes, double seconds, int st
 }
 
 void AutoRouter::AfterObservationLocked(Peer& p, Clock::time_point at) {
-  if (p.estimator.changes() == p.changes_seen) return;
-  p.changes_seen = p.estimator.changes();
-  if (p.probe == Probe::kSettled && at - p.settled_at >= kReprobeInterval) {
+  if (p.estimator.changes() != p.changes_seen) {
+    p.changes_seen = p.estimator.changes();
+    p.change_pending = true;
+  }
+  RearmLocked(p, at);
+}
+
+void AutoRouter::RearmLocked(Peer& p, Clock::time_point now) {
+  // A change seen within kReprobeInterval of the last settling waits until
+  // the interval has passed (the next observation or big message after it).
+  if (p.change_pending && p.probe == Probe::kSettled && now - p.settled_at >= kReprobeInterval) {
+    p.change_pending = false;
     p.probe = Probe::kUnsettled;
     p.wanted = false;  // the next big message asks again, and waits from then
   }
@@ -115,6 +124,7 @@ std::vector<int32_t> AutoRouter::WantProbe(const std::vector<int32_t>& peers,
   std::vector<int32_t> due;
   for (int32_t peer : peers) {
     Peer& p = PeerLocked(peer);
+    RearmLocked(p, now);
     if (!p.wanted) {
       p.wanted = true;
       p.wanted_at = now;

@@ -112,7 +112,8 @@ class AutoRouter {
     LinkEstimator estimator;
     Probe probe = Probe::kUnsettled;
     Clock::time_point settled_at{};
-    int changes_seen = 0;  // estimator.changes() already acted on
+    int changes_seen = 0;         // estimator.changes() already noted
+    bool change_pending = false;  // a change not yet acted on (re-arm)
     bool wanted = false;
     Clock::time_point wanted_at{}, first_pong{};
     Clock::time_point ping_sent{};
@@ -124,6 +125,7 @@ class AutoRouter {
   Peer& PeerLocked(int32_t peer) { return peers_[peer]; }
   // After an observation: a change the estimator detected re-arms the probe.
   void AfterObservationLocked(Peer& p, Clock::time_point at);
+  void RearmLocked(Peer& p, Clock::time_point now);
   void SettleLocked(Peer& p, Clock::time_point at);
   bool ProbeDueLocked(Peer& p, Clock::time_point now);
   static Clock::time_point WaitUntil(const Peer& p) {

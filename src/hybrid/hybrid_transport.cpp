@@ -993,6 +993,7 @@ class HybridTransport final : public Transport {
       lock.unlock();
       for (const auto& obj : expired) (void)connector_->Evict(obj->key);
       for (const auto& g : lapsed) DropIssued(g);
+      if (pool_) pool_->Trim();  // idle download buffers past their 5 s
       lock.lock();
     }
   }

@@ -6,6 +6,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
@@ -138,12 +140,23 @@ bool SendAll(int fd, std::vector<iovec>& iov) {
 // Sends n bytes of `file` from `offset` (the kernel moves page references
 // to the socket; nothing passes through user space). False on an error, a
 // timeout (the socket's send timeout) or a file shorter than promised.
+// sendfile has no MSG_NOSIGNAL: a peer that hung up raises SIGPIPE, which
+// would kill the process. Worker threads block it (WorkerLoop), so it stays
+// pending on the thread; this takes it back.
 bool SendFile(int sock, int file, uint64_t offset, uint64_t n) {
   off_t off = static_cast<off_t>(offset);
   while (n > 0) {
     ssize_t w =
         ::sendfile(sock, file, &off, static_cast<size_t>(std::min<uint64_t>(n, 1ull << 30)));
     if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && errno == EPIPE) {
+      sigset_t pipe;
+      sigemptyset(&pipe);
+      sigaddset(&pipe, SIGPIPE);
+      const timespec zero{0, 0};
+      while (::sigtimedwait(&pipe, nullptr, &zero) < 0 && errno == EINTR) {
+      }
+    }
     if (w <= 0) return false;
     n -= static_cast<uint64_t>(w);
   }
@@ -453,6 +466,11 @@ void HttpServer::AcceptLoop() {
 }
 
 void HttpServer::WorkerLoop() {
+  // SendFile's SIGPIPE must not reach the process (see there).
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     ++idle_workers_;

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 #include "s3/errors.h"
@@ -373,19 +374,27 @@ class DirectoryObjectStore : public ObjectStore {
   // object the path names, whole, or finds no object.
   Result<Buffer> MapObject(const std::string& path, const std::string& bucket,
                            const std::string& key, std::shared_ptr<const OpenFile>* file) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      if (errno == ENOENT) return NoSuchKey(bucket, key);
-      return S3Error("InternalError", "open " + path + ": " + std::strerror(errno));
-    }
-    struct stat opened {
-    }, named{};
-    while (::flock(fd, LOCK_SH) != 0 && errno == EINTR) {
-    }
-    if (::fstat(fd, &opened) != 0 || ::stat(path.c_str(), &named) != 0 ||
-        opened.st_ino != named.st_ino || opened.st_dev != named.st_dev) {
+    int fd = -1;
+    struct stat opened = {}, named = {};
+    // A key replaced between the open and the check is opened again (a few
+    // times: a key rewritten without pause may still come out missing).
+    for (int attempt = 0;; ++attempt) {
+      fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        if (errno == ENOENT) return NoSuchKey(bucket, key);
+        return S3Error("InternalError", "open " + path + ": " + std::strerror(errno));
+      }
+      // A filesystem without flock fails it: the reader goes on unlocked,
+      // and a claimer's exclusive lock fails too, so no file is reused.
+      while (::flock(fd, LOCK_SH) != 0 && errno == EINTR) {
+      }
+      const bool same = ::fstat(fd, &opened) == 0 && ::stat(path.c_str(), &named) == 0 &&
+                        opened.st_ino == named.st_ino && opened.st_dev == named.st_dev;
+      if (same) break;
       ::close(fd);
-      return NoSuchKey(bucket, key);  // deleted or replaced meanwhile
+      if (attempt == 3 || ::access(path.c_str(), F_OK) != 0) {
+        return NoSuchKey(bucket, key);  // deleted meanwhile
+      }
     }
     const uint64_t size = static_cast<uint64_t>(opened.st_size);
     if (size == 0) {
@@ -412,6 +421,9 @@ class DirectoryObjectStore : public ObjectStore {
   // budget. False: the caller unlinks it.
   bool Recycle(const std::string& dir, const std::string& path) {
     if (options_.recycle_bytes == 0) return false;
+    // One delete at a time counts and adds (the budget holds within this
+    // store; the server has one).
+    std::lock_guard<std::mutex> lock(recycle_mu_);
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
         static_cast<uint64_t>(st.st_size) < kRecycleMinBytes) {
@@ -496,6 +508,7 @@ class DirectoryObjectStore : public ObjectStore {
 
   std::string root_;
   const DirectoryStoreOptions options_;
+  std::mutex recycle_mu_;
 };
 
 }  // namespace

@@ -132,11 +132,17 @@ TEST_F(DirectoryRecycleTest, SmallObjectsBudgetAndSizeMismatchAreNotRecycled) {
   ASSERT_TRUE(store->Delete("b", "y").ok());
   EXPECT_EQ(FreeFiles(), 1u) << "the second file is over the budget";
   // A free file more than twice the object's size is left for a bigger one.
-  ASSERT_TRUE(store->Put("b", "z", Filled(kBig / 2 - 1, 3)).ok());
-  EXPECT_EQ(FreeFiles(), 1u);
+  auto roomy = Open(1ull << 30);
+  ASSERT_TRUE(roomy->Put("b", "huge", Filled(2 * kBig + 4096, 5)).ok());
+  const ino_t huge = InodeOf("huge");
+  ASSERT_TRUE(roomy->Delete("b", "huge").ok());
+  EXPECT_EQ(FreeFiles(), 2u);
+  ASSERT_TRUE(roomy->Put("b", "z", Filled(kBig, 3)).ok());
+  EXPECT_NE(InodeOf("z"), huge);
+  EXPECT_EQ(FreeFiles(), 1u) << "the 9 MiB file was reused, the 18 MiB one kept";
   // Without a budget, a store reuses free files but keeps none.
   auto plain = Open(0);
-  ASSERT_TRUE(plain->Put("b", "w", Filled(kBig, 4)).ok());
+  ASSERT_TRUE(plain->Put("b", "w", Filled(2 * kBig, 4)).ok());
   EXPECT_EQ(FreeFiles(), 0u);
   ASSERT_TRUE(plain->Delete("b", "w").ok());
   EXPECT_EQ(FreeFiles(), 0u);

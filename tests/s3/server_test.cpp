@@ -9,7 +9,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "s3/raw_http.h"
 #include "transport/test_util.h"
@@ -379,6 +382,59 @@ TEST(ServerConnections, IdleConnectionIsClosedAfterTheIdleLimit) {
   KeptAlive silent((*s)->port());
   ASSERT_TRUE(silent.connected());
   EXPECT_TRUE(silent.ClosedByPeer(10000));
+}
+
+// A client that hangs up in the middle of a body sent by sendfile(2)
+// (which, unlike sendmsg, cannot be told MSG_NOSIGNAL) raises SIGPIPE in the
+// server's worker: the worker blocks it, so the process lives on and
+// serves the next request. (Run in this test's own process: a SIGPIPE
+// that got through would end the test binary.)
+TEST(ServerDirectory, AClientThatHangsUpMidSendfileDoesNotKillTheServer) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("xsilo-s3-hangup-" + std::to_string(::getpid()));
+  S3ServerOptions o;
+  o.access_key = kAk;
+  o.secret_key = kSk;
+  o.buckets = {"bkt"};
+  o.directory = dir.string();
+  auto s = S3Server::Start(o);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  GatherList body;
+  auto big = Buffer::Allocate(64ull << 20);
+  ASSERT_TRUE(big.ok());
+  std::memset(big->mutable_data(), 7, big->size());
+  body.Append(*big);
+  ASSERT_TRUE(PutObjectInDirectory(dir.string(), "bkt", "big", body).ok());
+  GatherList small;
+  small.Append(Buffer::CopyFrom("still here"));
+  ASSERT_TRUE(PutObjectInDirectory(dir.string(), "bkt", "small", small).ok());
+  const int port = (*s)->port();
+  for (int i = 0; i < 3; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    const std::string req = SignedRequest(port, "GET", "/bkt/big", "", "", kAk, kSk);
+    ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    char buf[1 << 16];
+    ssize_t got = 0;
+    while (got < (1 << 20)) {  // the body is flowing
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      ASSERT_GT(n, 0);
+      got += n;
+    }
+    // Unread bytes in the receive queue make close() send a reset.
+    ::close(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  RawResponse r = RawExchange(port, SignedRequest(port, "GET", "/bkt/small", "", "", kAk, kSk));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "still here");
+  s->reset();
+  std::filesystem::remove_all(dir);
 }
 
 // A co-located party writes into a directory server's storage; the server

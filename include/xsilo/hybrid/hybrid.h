@@ -94,7 +94,11 @@ void RegisterHybridTransports();
 
 // Parameter names a hybrid stub carries (documented in docs/hybrid.md).
 inline constexpr const char* kHybridKeyParam = "xsilo.hybrid.key";
-inline constexpr const char* kHybridChecksumParam = "xsilo.hybrid.xxh3";
+// The object's checksum: the BlockDigest of its block checksums. (Named
+// "xsilo.hybrid.xxh3", the XXH3-64 of the whole object, before block
+// checksums: a receiver of that version refuses a stub of this one at once
+// as "without key or checksum", not after three fetches.)
+inline constexpr const char* kHybridChecksumParam = "xsilo.hybrid.digest";
 inline constexpr const char* kHybridUrlParam = "xsilo.hybrid.url";
 // "<block bytes>:<16 hex digits per block>": the XXH3-64 of each block of
 // the object (core BlockChecksums); kHybridChecksumParam is then their
