@@ -144,7 +144,12 @@ bool AutoRouter::ProbeDueLocked(Peer& p, Clock::time_point now) {
   const LinkEstimate e = p.estimator.estimate();
   // Past its wait the message went by the defaults; the link is learned
   // from the messages from then on.
-  if (now > WaitUntil(p) || e.rtt_s < 0 || e.rtt_s >= kProbeMaxRtt) {
+  // The estimate is the least of the last echoes and lags a link that just
+  // got longer: the last echo must be short as well, or a probe of 16 MiB
+  // over one stream of an intercontinental link takes seconds (3.6 s on
+  // ca-hk, seen with `netem set`).
+  const bool last_long = !p.rtts.empty() && p.rtts.back() >= kProbeMaxRtt;
+  if (now > WaitUntil(p) || e.rtt_s < 0 || e.rtt_s >= kProbeMaxRtt || last_long) {
     SettleLocked(p, now);
     return false;
   }

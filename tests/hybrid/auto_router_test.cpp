@@ -172,6 +172,20 @@ TEST(AutoRouter, ALinkThatGotSlowerIsSeenWithinAFewEchoes) {
   EXPECT_EQ(r.Choose({1}, 20 * kMiB, true).path, AutoPath::kStore) << r.last_reason();
 }
 
+// The round-trip estimate (the least of the last three echoes) lags a link
+// that just got longer; a probe then waits until the last echo is short
+// too, or settles without one: 16 MiB over one stream of a link that is
+// really 166 ms would take seconds.
+TEST(AutoRouter, NoProbeWhileTheLastEchoIsLong) {
+  AutoRouter r;
+  auto now = AutoRouter::Clock::now();
+  for (int i = 0; i < 4; ++i) r.OnRtt(1, 0.002, now);
+  r.OnRtt(1, 0.166, now);  // the window's least is still 2 ms
+  EXPECT_NEAR(r.EstimateOf(1).rtt_s, 0.002, 1e-6);
+  EXPECT_TRUE(r.WantProbe({1}, now).empty());
+  r.WaitSettled({1});  // settled: nothing to wait for
+}
+
 // A link that changes is probed again: a short link probed at connect
 // that becomes slow and then short again (the emulator's `netem set`) gets
 // a new probe before its next big message, once the change is seen, and
