@@ -284,6 +284,60 @@ uint64_t BlockBytesFor(uint64_t size) {
   return b;
 }
 
+namespace {
+int DefaultHashThreads() {
+  return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+}
+}  // namespace
+
+uint64_t PayloadChecksum(const GatherList& payload, int threads) {
+  const int t = threads > 0 ? threads : DefaultHashThreads();
+  return BlockDigest(BlockChecksums(payload, BlockBytesFor(payload.size), t));
+}
+
+uint64_t PayloadChecksum(std::span<const uint8_t> payload, int threads) {
+  const int t = threads > 0 ? threads : DefaultHashThreads();
+  return BlockDigest(BlockChecksums(payload, BlockBytesFor(payload.size()), t));
+}
+
+struct PayloadChecksumStream::State {
+  uint64_t block = 0;
+  uint64_t in_block = 0;  // bytes of the current block fed so far
+  XXH3_state_t* xxh = XXH3_createState();
+  std::vector<uint64_t> sums;
+  State() { XXH3_64bits_reset(xxh); }
+  ~State() { XXH3_freeState(xxh); }
+};
+
+PayloadChecksumStream::PayloadChecksumStream(uint64_t payload_bytes)
+    : state_(std::make_unique<State>()) {
+  state_->block = BlockBytesFor(payload_bytes);
+}
+PayloadChecksumStream::~PayloadChecksumStream() = default;
+PayloadChecksumStream::PayloadChecksumStream(PayloadChecksumStream&&) noexcept = default;
+PayloadChecksumStream& PayloadChecksumStream::operator=(PayloadChecksumStream&&) noexcept = default;
+
+void PayloadChecksumStream::Update(std::span<const uint8_t> bytes) {
+  State& st = *state_;
+  while (!bytes.empty()) {
+    const uint64_t n = std::min<uint64_t>(bytes.size(), st.block - st.in_block);
+    XXH3_64bits_update(st.xxh, bytes.data(), n);
+    st.in_block += n;
+    bytes = bytes.subspan(n);
+    if (st.in_block == st.block) {
+      st.sums.push_back(XXH3_64bits_digest(st.xxh));
+      XXH3_64bits_reset(st.xxh);
+      st.in_block = 0;
+    }
+  }
+}
+
+uint64_t PayloadChecksumStream::Digest() const {
+  std::vector<uint64_t> sums = state_->sums;
+  if (state_->in_block > 0) sums.push_back(XXH3_64bits_digest(state_->xxh));
+  return BlockDigest(sums);
+}
+
 EncodedPayload EncodeSafetensors(const TensorMap& tensors,
                                  const std::map<std::string, std::string>& metadata,
                                  bool checksum) {
@@ -431,7 +485,8 @@ Result<FramePrefix> ParseFramePrefix(std::span<const uint8_t> bytes, const Decod
 
 EncodedFrame EncodeMessage(const Message& message) {
   std::string header = MessageHeaderJson(message);
-  EncodedPayload payload = EncodeSafetensors(message.tensors);
+  EncodedPayload payload = EncodeSafetensors(message.tensors, {}, /*checksum=*/false);
+  payload.checksum = PayloadChecksum(payload.bytes);
   FramePrefix p;
   p.header_len = header.size();
   uint64_t payload_offset = p.payload_offset();
@@ -472,7 +527,7 @@ Result<Message> DecodeMessage(const Buffer& frame, const DecodeLimits& limits) {
   if (Checksum(header) != p.header_checksum) return Corrupt("message header checksum mismatch");
   Buffer payload = frame.SliceUnchecked(p.payload_offset(), p.payload_len);
   if (limits.verify_checksum &&
-      (limits.payload_checksum ? *limits.payload_checksum : Checksum(payload.span())) !=
+      (limits.payload_checksum ? *limits.payload_checksum : PayloadChecksum(payload.span())) !=
           p.payload_checksum) {
     return Corrupt("payload checksum mismatch: the message was damaged in transit");
   }

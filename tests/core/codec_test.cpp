@@ -79,7 +79,7 @@ TEST(Codec, PayloadIsASafetensorsFile) {
   auto tensors = DecodeSafetensors(payload);
   ASSERT_TRUE(tensors.ok()) << tensors.status().ToString();
   EXPECT_EQ(tensors->size(), 4u);
-  EXPECT_EQ(Checksum(payload.span()), frame.payload_checksum);
+  EXPECT_EQ(PayloadChecksum(payload.span()), frame.payload_checksum);
 }
 
 TEST(Codec, EmptyMessage) {
@@ -178,7 +178,7 @@ TEST(CodecErrors, ChecksumMismatch) {
 TEST(CodecErrors, PrecomputedChecksumIsCompared) {
   EncodedFrame f = EncodeMessage(Sample());
   Buffer flat = *f.bytes.Flatten();
-  ChecksumStream pieces;
+  PayloadChecksumStream pieces(flat.size() - f.payload_offset);
   const uint64_t half = f.payload_offset + (flat.size() - f.payload_offset) / 2;
   pieces.Update(flat.span().subspan(f.payload_offset, half - f.payload_offset));
   pieces.Update(flat.span().subspan(half));
@@ -312,6 +312,37 @@ TEST(BlockChecksums, BlockSizeKeepsAtMost1024BlocksOfAtLeast1MiB) {
   const uint64_t b = BlockBytesFor(big);
   EXPECT_LE((big + b - 1) / b, 1024u);
   EXPECT_GT((big + b / 2 - 1) / (b / 2), 1024u);
+}
+
+// The frame's payload checksum is the digest of 1 MiB+ block checksums:
+// computed at once on any number of threads or fed in pieces of any size,
+// it is the same, and a flipped byte in any block changes it.
+TEST(PayloadChecksum, WholeThreadedAndStreamedAgree) {
+  const uint64_t size = 3 * (1ull << 20) + 12345;  // 4 blocks, the last short
+  Buffer b = *Buffer::Allocate(size);
+  for (uint64_t i = 0; i < size; ++i) b.mutable_data()[i] = static_cast<uint8_t>(i * 131 + 17);
+  const uint64_t whole = PayloadChecksum(b.span(), 1);
+  EXPECT_EQ(PayloadChecksum(b.span(), 3), whole);
+  EXPECT_EQ(whole, BlockDigest(BlockChecksums(b.span(), 1ull << 20)));
+  for (uint64_t piece : {uint64_t{1}, uint64_t{4096}, uint64_t{777777}, size}) {
+    PayloadChecksumStream s(size);
+    for (uint64_t at = 0; at < size; at += piece) {
+      s.Update(b.span().subspan(at, std::min(piece, size - at)));
+    }
+    EXPECT_EQ(s.Digest(), whole) << "pieces of " << piece;
+  }
+  b.mutable_data()[2 * (1ull << 20) + 5] ^= 1;
+  EXPECT_NE(PayloadChecksum(b.span()), whole);
+  EXPECT_EQ(PayloadChecksumStream(0).Digest(), PayloadChecksum(std::span<const uint8_t>()));
+}
+
+// A frame of the previous wire version (whole-payload checksum) is refused
+// by its version, with the version named, never misread.
+TEST(CodecErrors, PreviousWireVersionIsRefused) {
+  Buffer flat = *EncodeMessage(Sample()).bytes.Flatten();
+  flat.mutable_data()[4] = 1;
+  flat.mutable_data()[5] = 0;
+  ExpectCorrupt(flat, "unsupported wire version 1");
 }
 
 }  // namespace

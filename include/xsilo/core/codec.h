@@ -20,7 +20,9 @@
 namespace xsilo {
 
 inline constexpr uint32_t kFrameMagic = 0x4c495358;  // "XSIL" little-endian
-inline constexpr uint16_t kWireVersion = 1;
+// 2: the prefix's payload checksum is the PayloadChecksum (block digest);
+// 1 had the XXH3-64 of the whole payload.
+inline constexpr uint16_t kWireVersion = 2;
 inline constexpr uint64_t kFramePrefixSize = 40;
 
 // Bytes as a gather list: segments concatenated in order.
@@ -91,6 +93,28 @@ uint64_t BlockDigest(std::span<const uint64_t> sums);
 // The block size for `size` bytes: the smallest power of two of at least
 // 1 MiB that makes at most 1024 blocks.
 uint64_t BlockBytesFor(uint64_t size);
+// A frame's payload checksum (docs/wire-format.md): the BlockDigest of the
+// payload's BlockChecksums at BlockBytesFor(size), on up to `threads`
+// threads (0: up to 4, by the hardware).
+uint64_t PayloadChecksum(const GatherList& payload, int threads = 0);
+uint64_t PayloadChecksum(std::span<const uint8_t> payload, int threads = 0);
+
+// A PayloadChecksum of bytes fed in order, in pieces of any size (a
+// receiver hashing chunks as they arrive).
+class PayloadChecksumStream {
+ public:
+  explicit PayloadChecksumStream(uint64_t payload_bytes);
+  ~PayloadChecksumStream();
+  PayloadChecksumStream(PayloadChecksumStream&&) noexcept;
+  PayloadChecksumStream& operator=(PayloadChecksumStream&&) noexcept;
+  void Update(std::span<const uint8_t> bytes);
+  // After all payload_bytes were fed.
+  uint64_t Digest() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 // XXH3-64 of bytes fed in pieces; equals Checksum() over their concatenation.
 class ChecksumStream {

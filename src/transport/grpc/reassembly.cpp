@@ -68,7 +68,7 @@ void Reassembler::DropMissing() {
 
 void Reassembler::HashTo(Open& o, uint64_t end) {
   const uint64_t from = std::max(o.hashed, o.payload_offset);
-  if (end > from) o.hash.Update(std::span<const uint8_t>(o.frame.data() + from, end - from));
+  if (end > from) o.hash->Update(std::span<const uint8_t>(o.frame.data() + from, end - from));
   o.hashed = end;
 }
 
@@ -171,6 +171,7 @@ Status Reassembler::OnChunk(int stream, uint64_t id, uint64_t offset, uint64_t t
                              " bytes, chunks announce " + std::to_string(o.total));
           } else {
             o.payload_offset = p->payload_offset();
+            o.hash.emplace(p->payload_len);
           }
         }
         if (!prefix.ok()) {
@@ -196,7 +197,7 @@ Status Reassembler::OnChunk(int stream, uint64_t id, uint64_t offset, uint64_t t
           if (o.received == o.total) {
             BufferPool::Recycle(o.frame);
             std::optional<uint64_t> sum;
-            if (o.payload_offset != 0 && o.hashed == o.total) sum = o.hash.Digest();
+            if (o.payload_offset != 0 && o.hashed == o.total) sum = o.hash->Digest();
             done_[id] = Reassembled{id, std::move(o.frame), Status::OK(), sum};
             open_.erase(it);
           }

@@ -35,7 +35,7 @@ struct Reassembled {
   uint64_t message_id = 0;
   Buffer frame;   // empty when dropped
   Status status;  // OK, or why the message was dropped
-  // XXH3-64 of the frame's payload, computed while the chunks came in (for
+  // PayloadChecksum of the frame's payload, computed while the chunks came in (for
   // DecodeLimits::payload_checksum); empty if the frame prefix did not
   // arrive whole in the first chunk, and decoding hashes the payload then.
   std::optional<uint64_t> payload_checksum;
@@ -82,7 +82,7 @@ class Reassembler {
     // its payload part hashed. payload_offset is 0 until the prefix came.
     uint64_t payload_offset = 0;
     uint64_t hashed = 0;
-    ChecksumStream hash;
+    std::optional<PayloadChecksumStream> hash;  // from when the prefix came
   };
 
   static void CopyIn(Open& o, uint64_t offset, ChunkPieces data);

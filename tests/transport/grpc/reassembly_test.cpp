@@ -95,6 +95,34 @@ TEST(Reassembly, PayloadChecksumIsComputedOnTheWayIn) {
   EXPECT_TRUE(DecodeMessage(ready[2].frame).ok());
 }
 
+// A payload of several checksum blocks, chunks cut across block edges and
+// arriving out of order: the checksum computed on the way equals the
+// prefix's.
+TEST(Reassembly, AMultiBlockPayloadIsHashedOnTheWay) {
+  Buffer f = FrameBytes(3 * (1ull << 20) + 4321, 9);
+  auto prefix = ParseFramePrefix(f.span());
+  ASSERT_TRUE(prefix.ok());
+  Reassembler r({}, 2);
+  std::vector<Reassembled> ready;
+  const uint64_t cut = 999999;  // not a multiple of anything
+  std::vector<uint64_t> offsets;
+  for (uint64_t off = 0; off < f.size(); off += cut) offsets.push_back(off);
+  std::swap(offsets[1], offsets[2]);  // the third chunk before the second
+  for (uint64_t off : offsets) {
+    const uint64_t len = std::min(cut, f.size() - off);
+    ASSERT_TRUE(
+        r.OnChunk(static_cast<int>(off / cut % 2), 1, off, f.size(), Piece(f, off, len), &ready)
+            .ok());
+  }
+  ASSERT_EQ(ready.size(), 1u);
+  ASSERT_TRUE(ready[0].status.ok()) << ready[0].status.ToString();
+  ASSERT_TRUE(ready[0].payload_checksum.has_value());
+  EXPECT_EQ(*ready[0].payload_checksum, prefix->payload_checksum);
+  DecodeLimits known;
+  known.payload_checksum = ready[0].payload_checksum;
+  EXPECT_TRUE(DecodeMessage(ready[0].frame, known).ok());
+}
+
 TEST(Reassembly, ChunkBeyondTotalDropsTheMessage) {
   Buffer f = FrameBytes(4000, 4);
   Reassembler r({}, 1);
