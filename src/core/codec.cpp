@@ -248,7 +248,12 @@ std::vector<uint64_t> BlockChecksums(const GatherList& bytes, uint64_t block_byt
     }
     XXH3_freeState(state);
   };
-  const uint64_t workers = std::clamp<uint64_t>(static_cast<uint64_t>(std::max(threads, 1)), 1, n);
+  // A thread only for at least 8 blocks of work: a smaller payload is
+  // hashed before a thread would have started, and every thread that
+  // allocates may bind a glibc arena that keeps its pages.
+  constexpr uint64_t kMinBlocksPerThread = 8;
+  const uint64_t workers = std::clamp<uint64_t>(static_cast<uint64_t>(std::max(threads, 1)), 1,
+                                                std::max<uint64_t>(1, n / kMinBlocksPerThread));
   std::vector<std::thread> pool;
   for (uint64_t w = 1; w < workers; ++w) {
     const uint64_t lo = n * w / workers, hi = n * (w + 1) / workers;
