@@ -252,7 +252,9 @@ std::vector<uint64_t> BlockChecksums(const GatherList& bytes, uint64_t block_byt
   // hashed before a thread would have started, and every thread that
   // allocates may bind a glibc arena that keeps its pages.
   constexpr uint64_t kMinBlocksPerThread = 8;
-  const uint64_t workers = std::clamp<uint64_t>(static_cast<uint64_t>(std::max(threads, 1)), 1,
+  if (threads <= 0)
+    threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+  const uint64_t workers = std::clamp<uint64_t>(static_cast<uint64_t>(threads), 1,
                                                 std::max<uint64_t>(1, n / kMinBlocksPerThread));
   std::vector<std::thread> pool;
   for (uint64_t w = 1; w < workers; ++w) {
@@ -289,20 +291,12 @@ uint64_t BlockBytesFor(uint64_t size) {
   return b;
 }
 
-namespace {
-int DefaultHashThreads() {
-  return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
-}
-}  // namespace
-
 uint64_t PayloadChecksum(const GatherList& payload, int threads) {
-  const int t = threads > 0 ? threads : DefaultHashThreads();
-  return BlockDigest(BlockChecksums(payload, BlockBytesFor(payload.size), t));
+  return BlockDigest(BlockChecksums(payload, BlockBytesFor(payload.size), threads));
 }
 
 uint64_t PayloadChecksum(std::span<const uint8_t> payload, int threads) {
-  const int t = threads > 0 ? threads : DefaultHashThreads();
-  return BlockDigest(BlockChecksums(payload, BlockBytesFor(payload.size()), t));
+  return BlockDigest(BlockChecksums(payload, BlockBytesFor(payload.size()), threads));
 }
 
 struct PayloadChecksumStream::State {

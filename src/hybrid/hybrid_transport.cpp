@@ -107,28 +107,6 @@ constexpr size_t kGrantsPerPeer = 2;
 // connectors' and HttpGetUrlRanges' own retries.)
 constexpr int kFetchAttempts = 3;
 
-// Threads that compute a payload's block checksums.
-int HashThreads() {
-  return static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
-}
-
-// A payload on its way to the store: its bytes, the XXH3-64 of each of its
-// blocks (BlockChecksums), and their digest as payload.checksum.
-struct Prepared {
-  EncodedPayload payload;
-  uint64_t block_bytes = 0;
-  std::vector<uint64_t> sums;
-};
-
-Prepared Prepare(const TensorMap& tensors) {
-  Prepared p;
-  p.payload = EncodeSafetensors(tensors, {}, /*checksum=*/false);
-  p.block_bytes = BlockBytesFor(p.payload.bytes.size);
-  p.sums = BlockChecksums(p.payload.bytes, p.block_bytes, HashThreads());
-  p.payload.checksum = BlockDigest(p.sums);
-  return p;
-}
-
 // kHybridBlocksParam: "<block bytes>:" then 16 hex digits per block.
 std::string BlocksParam(uint64_t block_bytes, const std::vector<uint64_t>& sums) {
   std::string out = std::to_string(block_bytes) + ":";
@@ -139,6 +117,24 @@ std::string BlocksParam(uint64_t block_bytes, const std::vector<uint64_t>& sums)
     out.append(hex, 16);
   }
   return out;
+}
+
+// A payload on its way to the store: its bytes with the digest of their
+// block checksums as payload.checksum, and the checksums as the stub's
+// kHybridBlocksParam.
+struct Prepared {
+  EncodedPayload payload;
+  std::string blocks;
+};
+
+Prepared Prepare(const TensorMap& tensors) {
+  Prepared p;
+  p.payload = EncodeSafetensors(tensors, {}, /*checksum=*/false);
+  const uint64_t block = BlockBytesFor(p.payload.bytes.size);
+  const std::vector<uint64_t> sums = BlockChecksums(p.payload.bytes, block);
+  p.payload.checksum = BlockDigest(sums);
+  p.blocks = BlocksParam(block, sums);
+  return p;
 }
 
 // Parses kHybridBlocksParam for an object of `size` bytes whose stub names
@@ -387,7 +383,7 @@ class HybridTransport final : public Transport {
       if (stored.ok()) {
         obj->key = stored->key;
         obj->url = std::move(stored->url);
-        obj->blocks = BlocksParam(prepared.block_bytes, prepared.sums);
+        obj->blocks = std::move(prepared.blocks);
         objects_by_id_[obj->key.id] = obj;
         upload.set_value(Status::OK());
       } else {
@@ -572,8 +568,7 @@ class HybridTransport final : public Transport {
     }
     Message stub;
     stub.type = kProbeType;
-    MakeStub(&stub, key, payload.checksum, BlocksParam(prepared.block_bytes, prepared.sums),
-             stored->url);
+    MakeStub(&stub, key, payload.checksum, prepared.blocks, stored->url);
     inner_->SendAsync(peer, std::move(stub), [](const Status&) {});
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, kStoreProbeTimeout,
@@ -648,7 +643,7 @@ class HybridTransport final : public Transport {
       if (put.ok()) {
         Key key = grant->key;
         key.size = payload.bytes.size;
-        MakeStub(&m, key, payload.checksum, BlocksParam(prepared.block_bytes, prepared.sums), "");
+        MakeStub(&m, key, payload.checksum, prepared.blocks, "");
         return m;
       }
       std::cerr << "xsilo " << name_ << ": upload through a grant of rank " << peer
@@ -887,36 +882,29 @@ class HybridTransport final : public Transport {
                                " bytes, above max_message_bytes " +
                                std::to_string(options_.max_message_bytes));
     }
-    // Block checksums (every stub of this version has them): a download by
-    // URL checks each range as it arrives; otherwise the blocks are hashed
-    // after the fetch, in parallel. A stub without them is checked whole.
+    // Block checksums: a download by URL checks each range as it arrives;
+    // a connector fetch is hashed afterwards, in parallel.
+    auto blocks_text = m->GetString(kHybridBlocksParam);
+    if (!blocks_text.ok()) return Corrupt("hybrid stub without block checksums");
     Blocks blocks;
-    if (auto it = m->params.find(kHybridBlocksParam); it != m->params.end()) {
-      auto text = m->GetString(kHybridBlocksParam);
-      if (!text.ok()) return Corrupt("hybrid stub with malformed block checksums");
-      XSILO_RETURN_IF_ERROR(ParseBlocksParam(*text, key.size, static_cast<uint64_t>(*sum),
-                                             &blocks.block_bytes, &blocks.sums));
-    }
+    XSILO_RETURN_IF_ERROR(ParseBlocksParam(*blocks_text, key.size, static_cast<uint64_t>(*sum),
+                                           &blocks.block_bytes, &blocks.sums));
     // A fetch that fails its checksum (bytes damaged on the way) is fetched
     // again; an object damaged at rest fails every time and the message is
     // refused, never delivered.
     Result<Buffer> object = Internal("not fetched yet");
     for (int attempt = 1;; ++attempt) {
       const auto start = Clock::now();
-      bool checked = false;
-      object = Fetch(*m, key, blocks, &checked);
+      object = Fetch(*m, key, blocks);
       if (object.ok() && report && !connector_) {
         report->bytes = object->size();
         report->micros =
             std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
         report->streams = hybrid_.url_connections;
       }
-      if (object.ok() && !checked) {
-        const bool good =
-            blocks.block_bytes > 0
-                ? BlockChecksums(object->span(), blocks.block_bytes, HashThreads()) == blocks.sums
-                : static_cast<int64_t>(Checksum(object->span())) == *sum;
-        if (!good) object = Corrupt("object " + key.id + " failed its checksum");
+      if (object.ok() && connector_ &&
+          BlockChecksums(object->span(), blocks.block_bytes) != blocks.sums) {
+        object = Corrupt("object " + key.id + " failed its checksum");
       }
       if (object.ok() || attempt == kFetchAttempts ||
           object.status().code() != StatusCode::kCorrupt) {
@@ -938,13 +926,13 @@ class HybridTransport final : public Transport {
   }
 
   struct Blocks {
-    uint64_t block_bytes = 0;  // 0: the stub has none
+    uint64_t block_bytes = 0;
     std::vector<uint64_t> sums;
   };
 
-  // One fetch of a stub's object, with the connector or by its URL. *checked
-  // is set when the fetch verified the bytes against `blocks` itself.
-  Result<Buffer> Fetch(const Message& m, const Key& key, const Blocks& blocks, bool* checked) {
+  // One fetch of a stub's object, with the connector or by its URL (which
+  // checks the bytes against `blocks` as they arrive).
+  Result<Buffer> Fetch(const Message& m, const Key& key, const Blocks& blocks) {
     std::optional<Buffer> object;
     if (connector_) {
       XSILO_ASSIGN_OR_RETURN(object, connector_->Get(key));
@@ -960,7 +948,6 @@ class HybridTransport final : public Transport {
       args.pool = pool_.get();
       args.block_bytes = blocks.block_bytes;
       args.block_sums = blocks.sums;
-      *checked = blocks.block_bytes > 0;
       auto fetched = HttpGetUrlRanges(args);
       if (!fetched.ok() && fetched.status().code() != StatusCode::kNotFound)
         return fetched.status();

@@ -204,25 +204,40 @@ TEST_F(HybridTest, StopEvictsWhatTheSenderStillHolds) {
   EXPECT_EQ(ObjectsInDir(), 0);
 }
 
+// A plain inproc rank 0 that writes stubs by hand, and a credential-less
+// hybrid rank 1 (no connector: it fetches by URL) that receives them.
+struct HandWrittenStubs {
+  explicit HandWrittenStubs(const std::string& name, uint64_t receiver_max_message_bytes =
+                                                         TransportOptions{}.max_message_bytes) {
+    TransportOptions o0, o1;
+    o0.rank = 0;
+    o1.rank = 1;
+    o0.world_size = o1.world_size = 2;
+    o0.address = o1.address = name + "-" + std::to_string(getpid());
+    o1.max_message_bytes = receiver_max_message_bytes;
+    auto r = TransportRegistry::Global().Create("inproc", o0);
+    auto inner = TransportRegistry::Global().Create("inproc", o1);
+    if (!r.ok() || !inner.ok()) return;
+    raw = std::move(r).value();
+    receiver = MakeHybridTransport(o1, std::move(inner).value(), nullptr, {});
+    started = raw->Start().ok() && receiver->Start().ok();
+  }
+  ~HandWrittenStubs() {
+    if (receiver) receiver->Stop();
+    if (raw) raw->Stop();
+  }
+  std::unique_ptr<Transport> raw, receiver;
+  bool started = false;
+};
+
 // A stub whose key claims an object of 2^62 bytes (or merely more than
 // max_message_bytes) is refused before the receiver allocates anything for
 // it, on the credential-less path that downloads by URL into one Buffer of
 // the announced size. The peer is a plain inproc transport writing stubs by
 // hand; the next honest message still arrives.
 TEST(HybridBadInput, AStubClaimingAHugeObjectIsRefusedBeforeAllocation) {
-  const std::string fabric = "hybrid-oversize-" + std::to_string(getpid());
-  TransportOptions o0, o1;
-  o0.rank = 0;
-  o1.rank = 1;
-  o0.world_size = o1.world_size = 2;
-  o0.address = o1.address = fabric;
-  o1.max_message_bytes = 1 << 20;
-  auto raw = TransportRegistry::Global().Create("inproc", o0);
-  auto inner = TransportRegistry::Global().Create("inproc", o1);
-  ASSERT_TRUE(raw.ok() && inner.ok());
-  auto receiver = MakeHybridTransport(o1, std::move(inner).value(), nullptr, {});
-  ASSERT_TRUE((*raw)->Start().ok());
-  ASSERT_TRUE(receiver->Start().ok());
+  HandWrittenStubs w("hybrid-oversize", 1 << 20);
+  ASSERT_TRUE(w.started);
 
   const std::string url =
       "http://127.0.0.1:" + std::to_string(testing::FreeTcpPort()) + "/xsilo/none";
@@ -234,21 +249,20 @@ TEST(HybridBadInput, AStubClaimingAHugeObjectIsRefusedBeforeAllocation) {
     stub.params[kHybridKeyParam] = Key{"s3", "huge", claim, {}}.ToJson();
     stub.params[kHybridChecksumParam] = int64_t{0};
     stub.params[kHybridUrlParam] = url;
-    ASSERT_TRUE((*raw)->Send(1, stub, 30s).ok());
+    ASSERT_TRUE(w.raw->Send(1, stub, 30s).ok());
   }
-  ASSERT_TRUE((*raw)->Send(1, PatternMessage(1000, 7), 30s).ok());
-  auto got = receiver->Receive(60s);
+  ASSERT_TRUE(w.raw->Send(1, PatternMessage(1000, 7), 30s).ok());
+  auto got = w.receiver->Receive(60s);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_TRUE(PatternIntact(*got)) << "a refused stub was delivered";
   EXPECT_LT(Buffer::PeakAllocatedBytes(), live + (1 << 20))
       << "the receiver allocated for an object above max_message_bytes";
-  receiver->Stop();
-  (*raw)->Stop();
 }
 
-// A stub whose block checksums are malformed, of the wrong count for its
-// object, do not match its checksum, or do not match the bytes served is
-// refused, never delivered; the same stub with the right ones delivers.
+// A stub is refused, never delivered, when its block checksums are
+// missing, malformed, of the wrong count for its object, do not match its
+// checksum, or do not match the bytes served; the same stub with the right
+// ones delivers.
 TEST(HybridBadInput, AStubWithBadBlockChecksumsIsRefused) {
   S3ServerOptions so;
   so.access_key = "blocks-ak";
@@ -285,18 +299,8 @@ TEST(HybridBadInput, AStubWithBadBlockChecksumsIsRefused) {
   flipped[1] ^= 1;  // a checksum the served bytes do not have, digest consistent
   auto digest = [](const std::vector<uint64_t>& v) { return static_cast<int64_t>(BlockDigest(v)); };
 
-  const std::string fabric = "hybrid-blocks-" + std::to_string(getpid());
-  TransportOptions o0, o1;
-  o0.rank = 0;
-  o1.rank = 1;
-  o0.world_size = o1.world_size = 2;
-  o0.address = o1.address = fabric;
-  auto raw = TransportRegistry::Global().Create("inproc", o0);
-  auto inner = TransportRegistry::Global().Create("inproc", o1);
-  ASSERT_TRUE(raw.ok() && inner.ok());
-  auto receiver = MakeHybridTransport(o1, std::move(inner).value(), nullptr, {});
-  ASSERT_TRUE((*raw)->Start().ok());
-  ASSERT_TRUE(receiver->Start().ok());
+  HandWrittenStubs w("hybrid-blocks");
+  ASSERT_TRUE(w.started);
   auto stub = [&](const std::string& blocks, int64_t sum, int64_t round) {
     Message m = original;
     m.tensors.clear();
@@ -316,16 +320,17 @@ TEST(HybridBadInput, AStubWithBadBlockChecksumsIsRefused) {
       {"1048576:" + hex(flipped), digest(flipped)},          // not the served bytes
   };
   for (size_t i = 0; i < bad.size(); ++i) {
-    ASSERT_TRUE((*raw)->Send(1, stub(bad[i].first, bad[i].second, 100 + i), 30s).ok());
+    ASSERT_TRUE(w.raw->Send(1, stub(bad[i].first, bad[i].second, 100 + i), 30s).ok());
   }
-  ASSERT_TRUE((*raw)->Send(1, stub("1048576:" + good, digest(sums), 4), 30s).ok());
-  auto got = receiver->Receive(60s);
+  Message no_blocks = stub("1048576:" + good, digest(sums), 99);
+  no_blocks.params.erase(kHybridBlocksParam);  // required: refused without
+  ASSERT_TRUE(w.raw->Send(1, no_blocks, 30s).ok());
+  ASSERT_TRUE(w.raw->Send(1, stub("1048576:" + good, digest(sums), 4), 30s).ok());
+  auto got = w.receiver->Receive(60s);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(got->round, 4) << "a stub with bad block checksums was delivered";
   EXPECT_TRUE(PatternIntact(*got));
   EXPECT_EQ(got->params.count(kHybridBlocksParam), 0u);
-  receiver->Stop();
-  (*raw)->Stop();
 }
 
 // A world of `n` hybrid parties over inproc sharing `connector`; every

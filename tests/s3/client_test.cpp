@@ -684,26 +684,14 @@ TEST(PresignedDownload, ACutAt40PercentOfAFileSentBySendfileResumesFromTheCut) {
 
 // With a pool, a download's storage goes back to it once the result is
 // dropped, and the next download of the size reuses it (no fresh memory).
-TEST(UrlDownload, APoolLendsTheStorageOfADroppedDownloadToTheNext) {
-  S3ServerOptions o;
-  o.access_key = kAk;
-  o.secret_key = kSk;
-  o.buckets = {"bkt"};
-  auto server = S3Server::Start(o);
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  S3ClientOptions co;
-  co.endpoint = (*server)->endpoint();
-  co.addressing = S3Addressing::kPath;
-  co.credentials = StaticCredentials({kAk, kSk});
-  auto client = S3Client::Create(co);
-  ASSERT_TRUE(client.ok());
+TEST_F(ClientTest, APoolLendsTheStorageOfADroppedDownloadToTheNext) {
   const uint64_t size = 9ull << 20;  // pooled sizes start at 8 MiB
   std::string bytes(size, '\0');
   for (uint64_t i = 0; i < size; ++i) bytes[i] = static_cast<char>(i * 7 + 3);
   GatherList body;
   body.Append(Buffer::CopyFrom(bytes));
-  ASSERT_TRUE((*client)->PutObject({.bucket = "bkt", .key = "m", .body = body}).ok());
-  auto url = (*client)->PresignUrl({.method = "GET", .bucket = "bkt", .key = "m"});
+  ASSERT_TRUE(client_->PutObject({.bucket = "bkt", .key = "m", .body = body}).ok());
+  auto url = client_->PresignUrl({.method = "GET", .bucket = "bkt", .key = "m"});
   ASSERT_TRUE(url.ok()) << url.status().ToString();
   BufferPool pool(1ull << 30, std::chrono::seconds(60));
   UrlDownloadArgs args;

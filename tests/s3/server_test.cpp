@@ -384,6 +384,16 @@ TEST(ServerConnections, IdleConnectionIsClosedAfterTheIdleLimit) {
   EXPECT_TRUE(silent.ClosedByPeer(10000));
 }
 
+// A server keeping bucket "bkt" in `dir`.
+Result<std::unique_ptr<S3Server>> StartInDirectory(const std::filesystem::path& dir) {
+  S3ServerOptions o;
+  o.access_key = kAk;
+  o.secret_key = kSk;
+  o.buckets = {"bkt"};
+  o.directory = dir.string();
+  return S3Server::Start(o);
+}
+
 // A client that hangs up in the middle of a body sent by sendfile(2)
 // (which, unlike sendmsg, cannot be told MSG_NOSIGNAL) raises SIGPIPE in the
 // server's worker: the worker blocks it, so the process lives on and
@@ -392,12 +402,7 @@ TEST(ServerConnections, IdleConnectionIsClosedAfterTheIdleLimit) {
 TEST(ServerDirectory, AClientThatHangsUpMidSendfileDoesNotKillTheServer) {
   const auto dir =
       std::filesystem::temp_directory_path() / ("xsilo-s3-hangup-" + std::to_string(::getpid()));
-  S3ServerOptions o;
-  o.access_key = kAk;
-  o.secret_key = kSk;
-  o.buckets = {"bkt"};
-  o.directory = dir.string();
-  auto s = S3Server::Start(o);
+  auto s = StartInDirectory(dir);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   GatherList body;
   auto big = Buffer::Allocate(64ull << 20);
@@ -442,12 +447,7 @@ TEST(ServerDirectory, AClientThatHangsUpMidSendfileDoesNotKillTheServer) {
 TEST(ServerDirectory, LocalPutIsServedAtOnceAndLocalGetMapsTheFile) {
   const auto dir =
       std::filesystem::temp_directory_path() / ("xsilo-s3-local-put-" + std::to_string(::getpid()));
-  S3ServerOptions o;
-  o.access_key = kAk;
-  o.secret_key = kSk;
-  o.buckets = {"bkt"};
-  o.directory = dir.string();
-  auto s = S3Server::Start(o);
+  auto s = StartInDirectory(dir);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   GatherList body;
   body.Append(Buffer::CopyFrom("hello, "));

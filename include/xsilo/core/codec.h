@@ -81,12 +81,13 @@ uint64_t Checksum(std::span<const uint8_t> bytes);
 
 // XXH3-64 of each consecutive block of `block_bytes` (> 0; the last block
 // may be shorter; none for empty bytes). Blocks are independent: they are
-// hashed on up to `threads` threads, and a receiver can check each range
-// of them as it arrives instead of a second pass over the whole.
+// hashed on up to `threads` threads (0: up to 4, by the hardware; a thread
+// only for 8 blocks or more), and a receiver can check each range of them
+// as it arrives instead of a second pass over the whole.
 std::vector<uint64_t> BlockChecksums(const GatherList& bytes, uint64_t block_bytes,
-                                     int threads = 1);
+                                     int threads = 0);
 std::vector<uint64_t> BlockChecksums(std::span<const uint8_t> bytes, uint64_t block_bytes,
-                                     int threads = 1);
+                                     int threads = 0);
 // One figure for a list of block checksums: XXH3-64 of them as
 // little-endian u64s.
 uint64_t BlockDigest(std::span<const uint64_t> sums);

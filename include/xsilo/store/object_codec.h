@@ -56,7 +56,10 @@ struct Codec<std::string> {
 
 template <>
 struct Codec<TensorMap> {
-  static Result<GatherList> Encode(const TensorMap& t) { return EncodeSafetensors(t).bytes; }
+  static Result<GatherList> Encode(const TensorMap& t) {
+    // Only the bytes are stored: the payload checksum would be thrown away.
+    return EncodeSafetensors(t, {}, /*checksum=*/false).bytes;
+  }
   static Result<TensorMap> Decode(const Buffer& b) { return DecodeSafetensors(b); }
 };
 
