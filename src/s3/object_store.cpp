@@ -437,27 +437,41 @@ class DirectoryObjectStore : public ObjectStore {
     return ::rename(path.c_str(), (free_dir + "/" + UniqueName()).c_str()) == 0;
   }
 
+  struct FreeFile {
+    std::string path;
+    uint64_t size = 0;
+    std::time_t deleted = 0;  // a rename sets ctime: when it became free
+  };
+  static std::vector<FreeFile> ListFree(const std::string& dir) {
+    const std::string free_dir = dir + "/" + kFreeDir;
+    std::vector<FreeFile> out;
+    DIR* d = ::opendir(free_dir.c_str());
+    if (!d) return out;
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      FreeFile f{free_dir + "/" + e->d_name};
+      struct stat st {};
+      if (::stat(f.path.c_str(), &st) != 0) continue;
+      f.size = static_cast<uint64_t>(st.st_size);
+      f.deleted = st.st_ctime;
+      out.push_back(std::move(f));
+    }
+    ::closedir(d);
+    return out;
+  }
+
   // Removes free files older than the maximum age; *held (optional) gets
   // the bytes of those that remain.
   void ScanFree(const std::string& dir, uint64_t* held) {
-    const std::string free_dir = dir + "/" + kFreeDir;
-    DIR* d = ::opendir(free_dir.c_str());
     if (held) *held = 0;
-    if (!d) return;
     const std::time_t now = std::time(nullptr);
-    while (dirent* e = ::readdir(d)) {
-      if (e->d_name[0] == '.') continue;
-      const std::string f = free_dir + "/" + e->d_name;
-      struct stat st {};
-      if (::stat(f.c_str(), &st) != 0) continue;
-      // A rename sets ctime: the age counts from the delete.
-      if (now - st.st_ctime > options_.recycle_max_age.count()) {
-        ::unlink(f.c_str());
+    for (const FreeFile& f : ListFree(dir)) {
+      if (now - f.deleted > options_.recycle_max_age.count()) {
+        ::unlink(f.path.c_str());
       } else if (held) {
-        *held += static_cast<uint64_t>(st.st_size);
+        *held += f.size;
       }
     }
-    ::closedir(d);
   }
 
   // Takes the smallest free file of `size` to 2 x `size` bytes for a new
@@ -466,22 +480,12 @@ class DirectoryObjectStore : public ObjectStore {
   // reader keeps its pages) and the next one tried. Returns a descriptor
   // open for writing at offset 0, or -1 when there is none.
   int ClaimFreeFile(const std::string& dir, const std::string& tmp, uint64_t size) {
-    const std::string free_dir = dir + "/" + kFreeDir;
-    std::vector<std::pair<uint64_t, std::string>> fits;
-    if (DIR* d = ::opendir(free_dir.c_str())) {
-      while (dirent* e = ::readdir(d)) {
-        if (e->d_name[0] == '.') continue;
-        struct stat st {};
-        const std::string f = free_dir + "/" + e->d_name;
-        if (::stat(f.c_str(), &st) != 0) continue;
-        const auto n = static_cast<uint64_t>(st.st_size);
-        if (n >= size && n / 2 <= size) fits.emplace_back(n, f);
-      }
-      ::closedir(d);
-    }
-    std::sort(fits.begin(), fits.end());
-    for (const auto& [n, f] : fits) {
-      if (::rename(f.c_str(), tmp.c_str()) != 0) continue;  // another claimer won
+    std::vector<FreeFile> fits = ListFree(dir);
+    std::erase_if(fits, [&](const FreeFile& f) { return f.size < size || f.size / 2 > size; });
+    std::sort(fits.begin(), fits.end(),
+              [](const FreeFile& a, const FreeFile& b) { return a.size < b.size; });
+    for (const FreeFile& f : fits) {
+      if (::rename(f.path.c_str(), tmp.c_str()) != 0) continue;  // another claimer won
       int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
       if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;
       if (fd >= 0) ::close(fd);
