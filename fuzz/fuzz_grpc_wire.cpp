@@ -61,6 +61,7 @@ void Hostile(FuzzedDataProvider& in) {
     Check(frame.chunk().message_id() == got.chunk.message_id);
     Check(frame.chunk().offset() == got.chunk.offset);
     Check(frame.chunk().total() == got.chunk.total);
+    Check(frame.chunk().payload_offset() == got.chunk.payload_offset);
     Check(frame.chunk().data().size() == total);
     std::string joined;
     for (const auto& p : got.chunk.pieces)

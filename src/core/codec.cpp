@@ -18,6 +18,8 @@ namespace {
 using nlohmann::json;
 
 constexpr uint64_t kAlign = 64;
+// Where the prefix's payload checksum sits (docs/wire-format.md).
+constexpr uint64_t kPrefixPayloadChecksumAt = 24;
 
 uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
@@ -220,32 +222,61 @@ void ChecksumStream::Update(std::span<const uint8_t> bytes) {
 }
 uint64_t ChecksumStream::Digest() const { return XXH3_64bits_digest(state_->xxh); }
 
-std::vector<uint64_t> BlockChecksums(const GatherList& bytes, uint64_t block_bytes, int threads) {
-  const uint64_t size = bytes.size;
-  if (block_bytes == 0 || size == 0) return {};
-  const uint64_t n = (size + block_bytes - 1) / block_bytes;
-  std::vector<uint64_t> sums(n);
-  std::vector<uint64_t> starts;  // offset of each segment
+namespace {
+
+// Offset of each segment of `bytes`.
+std::vector<uint64_t> SegmentStarts(const GatherList& bytes) {
+  std::vector<uint64_t> starts;
   uint64_t at = 0;
   for (const Buffer& seg : bytes.segments) {
     starts.push_back(at);
     at += seg.size();
   }
+  return starts;
+}
+
+// XXH3-64 of block `i` of `bytes` (`starts` from SegmentStarts).
+uint64_t HashBlock(const GatherList& bytes, const std::vector<uint64_t>& starts,
+                   uint64_t block_bytes, uint64_t i, XXH3_state_t* state) {
+  const uint64_t lo = i * block_bytes, hi = std::min(bytes.size, lo + block_bytes);
+  XXH3_64bits_reset(state);
+  size_t k =
+      static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), lo) - starts.begin() - 1);
+  for (uint64_t off = lo; off < hi && k < bytes.segments.size(); ++k) {
+    const Buffer& seg = bytes.segments[k];
+    const uint64_t end = std::min(hi, starts[k] + seg.size());
+    if (end > off) XXH3_64bits_update(state, seg.data() + (off - starts[k]), end - off);
+    off = std::max(off, end);
+  }
+  return XXH3_64bits_digest(state);
+}
+
+}  // namespace
+
+PayloadBlockHasher::PayloadBlockHasher(GatherList payload)
+    : payload_(std::move(payload)),
+      starts_(SegmentStarts(payload_)),
+      block_bytes_(BlockBytesFor(payload_.size)),
+      sums_((payload_.size + block_bytes_ - 1) / block_bytes_) {}
+
+void PayloadBlockHasher::Hash(uint64_t i) {
+  XXH3_state_t* state = XXH3_createState();
+  sums_.at(i) = HashBlock(payload_, starts_, block_bytes_, i, state);
+  XXH3_freeState(state);
+}
+
+uint64_t PayloadBlockHasher::Digest() const { return BlockDigest(sums_); }
+
+std::vector<uint64_t> BlockChecksums(const GatherList& bytes, uint64_t block_bytes, int threads) {
+  const uint64_t size = bytes.size;
+  if (block_bytes == 0 || size == 0) return {};
+  const uint64_t n = (size + block_bytes - 1) / block_bytes;
+  std::vector<uint64_t> sums(n);
+  const std::vector<uint64_t> starts = SegmentStarts(bytes);
   auto hash_blocks = [&](uint64_t first, uint64_t last) {
     XXH3_state_t* state = XXH3_createState();
-    for (uint64_t i = first; i < last; ++i) {
-      const uint64_t lo = i * block_bytes, hi = std::min(size, lo + block_bytes);
-      XXH3_64bits_reset(state);
-      size_t k = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), lo) -
-                                     starts.begin() - 1);
-      for (uint64_t off = lo; off < hi && k < bytes.segments.size(); ++k) {
-        const Buffer& seg = bytes.segments[k];
-        const uint64_t end = std::min(hi, starts[k] + seg.size());
-        if (end > off) XXH3_64bits_update(state, seg.data() + (off - starts[k]), end - off);
-        off = std::max(off, end);
-      }
-      sums[i] = XXH3_64bits_digest(state);
-    }
+    for (uint64_t i = first; i < last; ++i)
+      sums[i] = HashBlock(bytes, starts, block_bytes, i, state);
     XXH3_freeState(state);
   };
   // A thread only for at least 8 blocks of work: a smaller payload is
@@ -464,7 +495,7 @@ Result<FramePrefix> ParseFramePrefix(std::span<const uint8_t> bytes, const Decod
   p.flags = GetU16(bytes.data() + 6);
   p.header_len = GetU64(bytes.data() + 8);
   p.payload_len = GetU64(bytes.data() + 16);
-  p.payload_checksum = GetU64(bytes.data() + 24);
+  p.payload_checksum = GetU64(bytes.data() + kPrefixPayloadChecksumAt);
   p.header_checksum = GetU64(bytes.data() + 32);
   if (p.version != kWireVersion) {
     return Corrupt("unsupported wire version " + std::to_string(p.version) + " (this build reads " +
@@ -482,10 +513,10 @@ Result<FramePrefix> ParseFramePrefix(std::span<const uint8_t> bytes, const Decod
   return p;
 }
 
-EncodedFrame EncodeMessage(const Message& message) {
+EncodedFrame EncodeMessage(const Message& message, bool checksum) {
   std::string header = MessageHeaderJson(message);
   EncodedPayload payload = EncodeSafetensors(message.tensors, {}, /*checksum=*/false);
-  payload.checksum = PayloadChecksum(payload.bytes);
+  if (checksum) payload.checksum = PayloadChecksum(payload.bytes);
   FramePrefix p;
   p.header_len = header.size();
   uint64_t payload_offset = p.payload_offset();
@@ -500,7 +531,7 @@ EncodedFrame EncodeMessage(const Message& message) {
   PutU16(d + 6, 0);
   PutU64(d + 8, header.size());
   PutU64(d + 16, payload.bytes.size);
-  PutU64(d + 24, payload.checksum);
+  PutU64(d + kPrefixPayloadChecksumAt, payload.checksum);
   PutU64(d + 32, Checksum({reinterpret_cast<const uint8_t*>(header.data()), header.size()}));
   std::memcpy(d + kFramePrefixSize, header.data(), header.size());
   std::memcpy(d + payload_offset, st_head.data(), st_head.size());
@@ -513,6 +544,26 @@ EncodedFrame EncodeMessage(const Message& message) {
     frame.bytes.Append(payload.bytes.segments[i]);
   }
   return frame;
+}
+
+GatherList FramePayload(const EncodedFrame& frame) {
+  GatherList out;
+  uint64_t skip = frame.payload_offset;
+  for (const Buffer& seg : frame.bytes.segments) {
+    if (skip >= seg.size()) {
+      skip -= seg.size();
+      continue;
+    }
+    out.Append(seg.SliceUnchecked(skip, seg.size() - skip));
+    skip = 0;
+  }
+  return out;
+}
+
+void SetFramePayloadChecksum(const EncodedFrame& frame, uint64_t sum) {
+  // EncodeMessage's first segment holds the whole prefix.
+  Buffer head = frame.bytes.segments.front();
+  PutU64(head.mutable_data() + kPrefixPayloadChecksumAt, sum);
 }
 
 Result<Message> DecodeMessage(const Buffer& frame, const DecodeLimits& limits) {

@@ -336,6 +336,31 @@ TEST(PayloadChecksum, WholeThreadedAndStreamedAgree) {
   EXPECT_EQ(PayloadChecksumStream(0).Digest(), PayloadChecksum(std::span<const uint8_t>()));
 }
 
+// A sender sending prefix last: a frame encoded without its checksum,
+// hashed block by block in any order (PayloadBlockHasher over
+// FramePayload), then patched (SetFramePayloadChecksum), is the frame
+// EncodeMessage makes with its checksum, byte for byte.
+TEST(PayloadChecksum, AFrameHashedBlockByBlockThenPatchedIsTheHashedFrame) {
+  Message m = Sample();
+  const uint64_t size = 2 * (1ull << 20) + 999;
+  Buffer t = *Buffer::Allocate(size);
+  for (uint64_t i = 0; i < size; ++i) t.mutable_data()[i] = static_cast<uint8_t>(i * 7 + 3);
+  m.tensors["big"] = Tensor{DType::kU8, {static_cast<int64_t>(size)}, t};
+  const Buffer want = *EncodeMessage(m).bytes.Flatten();
+
+  EncodedFrame deferred = EncodeMessage(m, /*checksum=*/false);
+  EXPECT_NE(std::memcmp(deferred.bytes.Flatten()->data(), want.data(), 40), 0);
+  PayloadBlockHasher hasher(FramePayload(deferred));
+  EXPECT_EQ(hasher.size(), want.size() - deferred.payload_offset);
+  ASSERT_EQ(hasher.blocks(), 3u);
+  for (uint64_t i : {2, 0, 1}) hasher.Hash(i);
+  SetFramePayloadChecksum(deferred, hasher.Digest());
+  const Buffer got = *deferred.bytes.Flatten();
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0);
+  EXPECT_TRUE(DecodeMessage(got).ok());
+}
+
 // A frame of the previous wire version (whole-payload checksum) is refused
 // by its version, with the version named, never misread.
 TEST(CodecErrors, PreviousWireVersionIsRefused) {

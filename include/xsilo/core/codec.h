@@ -100,6 +100,27 @@ uint64_t BlockBytesFor(uint64_t size);
 uint64_t PayloadChecksum(const GatherList& payload, int threads = 0);
 uint64_t PayloadChecksum(std::span<const uint8_t> payload, int threads = 0);
 
+// A PayloadChecksum computed block by block, in any order, for a sender
+// that hashes each part of a payload right before it sends it (while the
+// part is in cache). Hash(i) for every block i < blocks(), each once, then
+// Digest(). Calls for different blocks may run on different threads; the
+// caller orders the last of them before Digest().
+class PayloadBlockHasher {
+ public:
+  explicit PayloadBlockHasher(GatherList payload);
+  uint64_t size() const { return payload_.size; }
+  uint64_t block_bytes() const { return block_bytes_; }
+  uint64_t blocks() const { return sums_.size(); }
+  void Hash(uint64_t i);
+  uint64_t Digest() const;
+
+ private:
+  GatherList payload_;
+  std::vector<uint64_t> starts_;
+  uint64_t block_bytes_ = 0;
+  std::vector<uint64_t> sums_;
+};
+
 // A PayloadChecksum of bytes fed in order, in pieces of any size (a
 // receiver hashing chunks as they arrive).
 class PayloadChecksumStream {
@@ -132,7 +153,17 @@ class ChecksumStream {
   std::unique_ptr<State> state_;
 };
 
-EncodedFrame EncodeMessage(const Message& message);
+// `checksum` false leaves the prefix's payload checksum (and
+// EncodedFrame::payload_checksum) 0, for a sender that hashes the payload
+// while it is on its way and writes the sum with SetFramePayloadChecksum
+// before the prefix goes out (the grpc transport, docs/transport-grpc.md).
+EncodedFrame EncodeMessage(const Message& message, bool checksum = true);
+// The frame's payload, [payload_offset, size) of its bytes, as views.
+GatherList FramePayload(const EncodedFrame& frame);
+// Writes `sum` into the prefix: the 8 bytes of its payload-checksum field,
+// which no chunk of the payload shares, so the payload may already be on
+// its way. Nothing else of the frame changes.
+void SetFramePayloadChecksum(const EncodedFrame& frame, uint64_t sum);
 Result<Message> DecodeMessage(const Buffer& frame, const DecodeLimits& limits = {});
 
 // The fixed prefix, parsed. Lets a streaming receiver learn the frame size

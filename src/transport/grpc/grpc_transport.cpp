@@ -28,6 +28,7 @@ using grpclink::Clock;
 using grpclink::Frame;
 using grpclink::GrpcOptions;
 using grpclink::Incoming;
+using grpclink::OutFrame;
 using grpclink::PeerLink;
 using grpclink::StreamSlot;
 
@@ -204,8 +205,8 @@ class GrpcTransport final : public Transport {
     }
     message.sender = rank();
     const int stripe = TakeStripe(&message);
-    auto frame = std::make_shared<const EncodedFrame>(EncodeMessage(message));
-    links_[static_cast<size_t>(peer)]->Enqueue(std::move(frame), std::move(done), stripe);
+    links_[static_cast<size_t>(peer)]->Enqueue(
+        grpclink::EncodeForLink(message, grpclink::kPrefixLastBytes), std::move(done), stripe);
   }
 
   // Encodes once; every peer's sends share the one frame (and through it
@@ -224,7 +225,7 @@ class GrpcTransport final : public Transport {
     }
     message.sender = rank();
     const int stripe = TakeStripe(&message);
-    auto frame = std::make_shared<const EncodedFrame>(EncodeMessage(message));
+    OutFrame frame = grpclink::EncodeForLink(message, grpclink::kPrefixLastBytes);
     message = Message();
     auto joined = JoinBroadcast(peers.size(), std::move(done));
     for (int32_t peer : peers) {

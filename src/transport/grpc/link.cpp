@@ -34,12 +34,51 @@ void PeerLink::Fire(Failures& failures) {
   failures.clear();
 }
 
-void PeerLink::Enqueue(std::shared_ptr<const EncodedFrame> frame, SendCallback done, int stripe) {
+PrefixLast::PrefixLast(std::shared_ptr<const EncodedFrame> f)
+    : frame(std::move(f)),
+      hasher(FramePayload(*frame)),
+      claimed(new std::atomic<bool>[hasher.blocks()]),
+      left(hasher.blocks()) {
+  for (uint64_t i = 0; i < hasher.blocks(); ++i) claimed[i].store(false);
+  ready = done.get_future().share();
+}
+
+void PrefixLast::HashFor(uint64_t from, uint64_t length) {
+  const uint64_t block = hasher.block_bytes(), end = from + length;
+  const uint64_t first = from / block;
+  const uint64_t last = end >= hasher.size() ? hasher.blocks() : end / block;
+  uint64_t mine = 0;
+  for (uint64_t i = first; i < last; ++i) {
+    if (claimed[i].exchange(true, std::memory_order_relaxed)) continue;
+    hasher.Hash(i);
+    ++mine;
+  }
+  // acq_rel: the writer that hashes the last block sees every other sum.
+  if (mine > 0 && left.fetch_sub(mine, std::memory_order_acq_rel) == mine) {
+    SetFramePayloadChecksum(*frame, hasher.Digest());
+    done.set_value();
+  }
+}
+
+OutFrame EncodeForLink(const Message& message, uint64_t prefix_last_bytes) {
+  uint64_t payload = 0;
+  for (const auto& [name, t] : message.tensors) payload += t.data.size();
+  if (payload < prefix_last_bytes) {
+    return {std::make_shared<const EncodedFrame>(EncodeMessage(message)), nullptr};
+  }
+  auto frame = std::make_shared<const EncodedFrame>(EncodeMessage(message, /*checksum=*/false));
+  auto prefix_last = std::make_shared<PrefixLast>(frame);
+  return {std::move(frame), std::move(prefix_last)};
+}
+
+void PeerLink::Enqueue(OutFrame frame, SendCallback done, int stripe) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!closed_) {
       auto o = std::make_shared<Outgoing>();
-      o->frame = std::move(frame);
+      if (frame.prefix_last) o->head = frame.frame->payload_offset;
+      o->frame = std::move(frame.frame);
+      o->prefix_last = std::move(frame.prefix_last);
       o->done = std::move(done);
       o->stripe = std::max(stripe, 0);
       o->queued = Clock::now();
@@ -179,8 +218,8 @@ bool PeerLink::CanDispatchLocked(const StreamSlot& slot) const {
   const Outgoing* next =
       current_ ? current_.get() : (queue_.empty() ? nullptr : queue_.front().get());
   if (next == nullptr || slot.index >= StreamsForLocked(*next)) return false;
-  const uint64_t len =
-      std::min(StripeChunkLocked(*next), next->frame->bytes.size - next->next_offset);
+  uint64_t offset = 0, len = 0;
+  NextChunkLocked(*next, &offset, &len);
   // At least kStreamWindowBytes per stream of the session: a striped send
   // to a long link needs its bandwidth-delay product in flight (ca-hk Big
   // over 40 streams: 2.95 s with 32 MiB, 1.47 s with 128 MiB).
@@ -203,11 +242,26 @@ int PeerLink::StreamsForLocked(const Outgoing& m) const {
 // receiver holds up to a chunk per stream in gRPC's buffers.
 uint64_t PeerLink::StripeChunkLocked(const Outgoing&) const { return config_.chunk_bytes; }
 
+void PeerLink::NextChunkLocked(const Outgoing& m, uint64_t* offset, uint64_t* length) const {
+  const uint64_t size = m.frame->bytes.size, chunk = StripeChunkLocked(m);
+  if (m.head == 0) {
+    *offset = m.dispatched;
+    *length = std::min(chunk, size - m.dispatched);
+  } else if (m.dispatched < size - m.head) {
+    *offset = m.head + m.dispatched;
+    *length = std::min(chunk, size - *offset);
+  } else {
+    *offset = 0;
+    *length = m.head;
+  }
+}
+
 void PeerLink::WriterLoop(StreamSlot* slot) {
   Frame control_frame;
   for (;;) {
     std::shared_ptr<Outgoing> msg;
     uint64_t offset = 0, len = 0;
+    std::shared_ptr<PrefixLast> prefix_last;  // set: hash, or wait, before the write
     {
       std::unique_lock<std::mutex> lock(mu_);
       // After the Goodbye nothing more is written on this stream.
@@ -231,17 +285,25 @@ void PeerLink::WriterLoop(StreamSlot* slot) {
           sent_[current_->id] = current_;
         }
         msg = current_;
-        offset = msg->next_offset;
-        len = std::min(StripeChunkLocked(*msg), msg->frame->bytes.size - offset);
-        msg->next_offset += len;
-        if (msg->next_offset == msg->frame->bytes.size) current_.reset();
+        NextChunkLocked(*msg, &offset, &len);
+        prefix_last = msg->prefix_last;
+        msg->dispatched += len;
+        if (msg->dispatched == msg->frame->bytes.size) current_.reset();
         in_flight_ += len;
       }
     }
     bool ok;
     if (msg) {
-      ChunkOut chunk{msg->id, offset, len, msg->frame};
+      ChunkOut chunk{msg->id, offset, len, msg->frame, msg->head};
       msg.reset();
+      // Prefix last: a payload chunk hashes its blocks first; the prefix,
+      // dispatched after every payload chunk, waits for the last of them
+      // (another stream's writer may still be hashing one).
+      if (prefix_last && offset == 0) {
+        prefix_last->ready.wait();
+      } else if (prefix_last) {
+        prefix_last->HashFor(offset - chunk.payload_offset, len);
+      }
       ok = slot->write_chunk(chunk);
     } else {
       ok = slot->write(control_frame);
@@ -271,7 +333,8 @@ bool PeerLink::OnChunk(StreamSlot* slot, const ChunkIn& c) {
       cv_.notify_all();
       return true;
     }
-    Status s = reassembler_.OnChunk(slot->index, c.message_id, c.offset, c.total, c.pieces, &ready);
+    Status s = reassembler_.OnChunk(slot->index, c.message_id, c.offset, c.total, c.payload_offset,
+                                    c.pieces, &ready);
     owed_credit_ += size;
     if (!s.ok()) control_.push_back(OutcomeAck(c.message_id, s));
     for (auto& r : ready) {
@@ -293,7 +356,7 @@ bool PeerLink::OnChunk(StreamSlot* slot, const ChunkIn& c) {
 bool PeerLink::OnFrame(StreamSlot* slot, const Frame& frame) {
   if (frame.has_chunk()) {
     const Chunk& c = frame.chunk();
-    ChunkIn chunk{c.message_id(), c.offset(), c.total(), {}};
+    ChunkIn chunk{c.message_id(), c.offset(), c.total(), c.payload_offset(), {}};
     chunk.pieces.emplace_back(reinterpret_cast<const uint8_t*>(c.data().data()), c.data().size());
     return OnChunk(slot, chunk);
   }

@@ -11,10 +11,12 @@
 // gRPC writes run outside it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,6 +38,7 @@ struct ChunkOut {
   uint64_t offset = 0;
   uint64_t length = 0;
   std::shared_ptr<const EncodedFrame> frame;
+  uint64_t payload_offset = 0;  // Chunk.payload_offset: set if the prefix goes last
 };
 
 // A chunk read: its bytes are views into the stream's receive buffers.
@@ -43,6 +46,7 @@ struct ChunkIn {
   uint64_t message_id = 0;
   uint64_t offset = 0;
   uint64_t total = 0;
+  uint64_t payload_offset = 0;
   std::vector<std::span<const uint8_t>> pieces;
 };
 
@@ -61,14 +65,52 @@ struct StreamSlot {
   bool heard_goodbye = false;  // the peer's Goodbye came in on this stream
 };
 
+// A frame sent prefix last (docs/transport-grpc.md, "Prefix last"): its
+// payload checksum is computed while the payload goes out, by the writers
+// themselves, each hashing the blocks that end in the chunk it is about to
+// write (the bytes are then in cache for the socket's copy); whoever
+// hashes the last block writes the sum into the prefix and sets `ready`.
+// The prefix, [0, payload_offset), is the last chunk and waits for it. A
+// broadcast's links share one: each block is hashed by the first writer,
+// of any link, to reach it.
+struct PrefixLast {
+  explicit PrefixLast(std::shared_ptr<const EncodedFrame> frame);
+  // Hashes the blocks whose last byte lies in payload bytes
+  // [from, from + length): call once for each payload chunk.
+  void HashFor(uint64_t from, uint64_t length);
+
+  std::shared_ptr<const EncodedFrame> frame;
+  PayloadBlockHasher hasher;
+  std::unique_ptr<std::atomic<bool>[]> claimed;  // per block: a writer took it
+  std::atomic<uint64_t> left;                    // blocks not yet hashed
+  std::promise<void> done;
+  std::shared_future<void> ready;
+};
+
+// A frame to send; `prefix_last` set if it goes prefix last. A broadcast's
+// peers share one OutFrame.
+struct OutFrame {
+  std::shared_ptr<const EncodedFrame> frame;
+  std::shared_ptr<PrefixLast> prefix_last;
+};
+
+// Encodes `message` for PeerLink::Enqueue: prefix last if its tensors hold
+// at least `prefix_last_bytes`, else hashed before anything is sent.
+OutFrame EncodeForLink(const Message& message, uint64_t prefix_last_bytes);
+
+// Payloads from which the grpc transport sends the prefix last.
+inline constexpr uint64_t kPrefixLastBytes = 8ull << 20;
+
 // One message queued for one peer. A broadcast's Outgoings share `frame`.
 struct Outgoing {
   std::shared_ptr<const EncodedFrame> frame;
+  std::shared_ptr<PrefixLast> prefix_last;  // set: prefix last
+  uint64_t head = 0;                        // prefix last: bytes [0, head) go after the others
   SendCallback done;
   Clock::time_point queued;
-  uint64_t id = 0;           // assigned when its first chunk is dispatched
-  uint64_t next_offset = 0;  // dispatch progress
-  int stripe = 0;            // its chunks go on streams [0, stripe); 0: all
+  uint64_t id = 0;          // assigned when its first chunk is dispatched
+  uint64_t dispatched = 0;  // bytes dispatched so far
+  int stripe = 0;           // its chunks go on streams [0, stripe); 0: all
 };
 
 class PeerLink;
@@ -108,7 +150,7 @@ class PeerLink {
   // the reason it was not). Fails at once with Cancelled after Close.
   // `stripe` > 0: its chunks go on the first `stripe` streams only (the
   // others idle while it is dispatched); 0: on all of them.
-  void Enqueue(std::shared_ptr<const EncodedFrame> frame, SendCallback done, int stripe = 0);
+  void Enqueue(OutFrame frame, SendCallback done, int stripe = 0);
   // Fails queued messages that waited longer than `max_wait` while no
   // session was up.
   void ExpireQueued(Clock::duration max_wait);
@@ -164,6 +206,9 @@ class PeerLink {
   // Streams that carry `m`'s chunks, and the chunk size striped over them.
   int StreamsForLocked(const Outgoing& m) const;
   uint64_t StripeChunkLocked(const Outgoing& m) const;
+  // The frame range [*offset, *offset + *length) of `m`'s next chunk: in
+  // order, or, prefix last, [head, size) in order and then [0, head).
+  void NextChunkLocked(const Outgoing& m, uint64_t* offset, uint64_t* length) const;
   void BreakLocked(const Status& why, Failures* failures);
   static void Fire(Failures& failures);
 

@@ -66,14 +66,21 @@ void Reassembler::DropMissing() {
   }
 }
 
-void Reassembler::HashTo(Open& o, uint64_t end) {
-  const uint64_t from = std::max(o.hashed, o.payload_offset);
-  if (end > from) o.hash->Update(std::span<const uint8_t>(o.frame.data() + from, end - from));
-  o.hashed = end;
+void Reassembler::StartHash(Open& o, uint64_t payload_offset) {
+  o.payload_offset = payload_offset;
+  o.hashed = payload_offset;
+  o.hash.emplace(o.total - payload_offset);
 }
 
-// Each block that extends the in-order prefix is hashed right after its
-// copy, while it is still in cache: no second pass over the message.
+void Reassembler::HashTo(Open& o, uint64_t end) {
+  if (end > o.hashed) {
+    o.hash->Update(std::span<const uint8_t>(o.frame.data() + o.hashed, end - o.hashed));
+    o.hashed = end;
+  }
+}
+
+// Each block that extends the hashed run is hashed right after its copy,
+// while it is still in cache: no second pass over the message.
 void Reassembler::CopyIn(Open& o, uint64_t offset, ChunkPieces data) {
   constexpr uint64_t kBlock = 256 << 10;
   uint64_t at = offset;
@@ -81,15 +88,43 @@ void Reassembler::CopyIn(Open& o, uint64_t offset, ChunkPieces data) {
     while (!piece.empty()) {
       const uint64_t n = std::min<uint64_t>(piece.size(), kBlock);
       std::memcpy(o.frame.mutable_data() + at, piece.data(), n);
-      if (o.payload_offset != 0 && at == o.hashed) HashTo(o, at + n);
+      if (o.hash && at <= o.hashed && o.hashed < at + n) HashTo(o, at + n);
       at += n;
       piece = piece.subspan(n);
     }
   }
 }
 
+Status Reassembler::TakePrefix(uint64_t id, Open& o, ChunkPieces data) {
+  uint8_t head[kFramePrefixSize];
+  uint64_t got = 0;
+  for (auto piece = data.begin(); got < kFramePrefixSize; ++piece) {
+    const uint64_t n = std::min<uint64_t>(piece->size(), kFramePrefixSize - got);
+    std::memcpy(head + got, piece->data(), n);
+    got += n;
+  }
+  DecodeLimits dl;
+  dl.max_payload_bytes = limits_.max_message_bytes;
+  auto p = ParseFramePrefix(head, dl);
+  if (!p.ok()) return p.status().WithContext(Id(id));
+  if (p->frame_size() != o.total) {
+    return Corrupt(Id(id) + ": frame prefix says " + std::to_string(p->frame_size()) +
+                   " bytes, chunks announce " + std::to_string(o.total));
+  }
+  if (o.payload_offset == 0) {
+    StartHash(o, p->payload_offset());
+  } else if (o.payload_offset != p->payload_offset()) {
+    return Corrupt(Id(id) + ": frame prefix puts the payload at " +
+                   std::to_string(p->payload_offset()) + ", chunks at " +
+                   std::to_string(o.payload_offset));
+  }
+  o.prefix_checked = true;
+  return Status::OK();
+}
+
 Status Reassembler::OnChunk(int stream, uint64_t id, uint64_t offset, uint64_t total,
-                            ChunkPieces data, std::vector<Reassembled>* ready) {
+                            uint64_t payload_offset, ChunkPieces data,
+                            std::vector<Reassembled>* ready) {
   if (stream < 0 || static_cast<size_t>(stream) >= stream_last_.size()) {
     return InvalidArgument("chunk on unknown stream " + std::to_string(stream));
   }
@@ -153,27 +188,20 @@ Status Reassembler::OnChunk(int stream, uint64_t id, uint64_t offset, uint64_t t
                          std::to_string(end) + ") arrived twice"));
       } else {
         Status prefix;
-        if (offset == 0 && len >= kFramePrefixSize) {
-          uint8_t head[kFramePrefixSize];
-          uint64_t got = 0;
-          for (auto piece = data.begin(); got < kFramePrefixSize; ++piece) {
-            const uint64_t n = std::min<uint64_t>(piece->size(), kFramePrefixSize - got);
-            std::memcpy(head + got, piece->data(), n);
-            got += n;
-          }
-          DecodeLimits dl;
-          dl.max_payload_bytes = limits_.max_message_bytes;
-          auto p = ParseFramePrefix(head, dl);
-          if (!p.ok()) {
-            prefix = p.status().WithContext(Id(id));
-          } else if (p->frame_size() != o.total) {
-            prefix = Corrupt(Id(id) + ": frame prefix says " + std::to_string(p->frame_size()) +
-                             " bytes, chunks announce " + std::to_string(o.total));
+        if (payload_offset != 0 && payload_offset != o.payload_offset) {
+          if (o.payload_offset != 0) {
+            prefix =
+                Corrupt(Id(id) + ": chunk puts the payload at " + std::to_string(payload_offset) +
+                        ", earlier chunks at " + std::to_string(o.payload_offset));
+          } else if (payload_offset < kFramePrefixSize || payload_offset > o.total) {
+            prefix =
+                Corrupt(Id(id) + ": chunk puts the payload at " + std::to_string(payload_offset) +
+                        ", outside its frame of " + std::to_string(o.total) + " bytes");
           } else {
-            o.payload_offset = p->payload_offset();
-            o.hash.emplace(p->payload_len);
+            StartHash(o, payload_offset);
           }
         }
+        if (prefix.ok() && offset == 0 && len >= kFramePrefixSize) prefix = TakePrefix(id, o, data);
         if (!prefix.ok()) {
           Fail(id, prefix);
         } else {
@@ -191,13 +219,17 @@ Status Reassembler::OnChunk(int stream, uint64_t id, uint64_t offset, uint64_t t
             o.ranges.emplace(b, e);
           }
           // Catch up over bytes that arrived ahead of a gap this chunk filled.
-          const auto first = o.ranges.begin();
-          if (o.payload_offset != 0 && first->first == 0 && first->second > o.hashed)
-            HashTo(o, first->second);
+          if (o.hash) {
+            auto run = o.ranges.upper_bound(o.hashed);
+            if (run != o.ranges.begin() && std::prev(run)->second > o.hashed)
+              HashTo(o, std::prev(run)->second);
+          }
           if (o.received == o.total) {
             BufferPool::Recycle(o.frame);
+            // Without a prefix that agreed (one cut short in the first
+            // chunk), decoding hashes the payload itself.
             std::optional<uint64_t> sum;
-            if (o.payload_offset != 0 && o.hashed == o.total) sum = o.hash->Digest();
+            if (o.prefix_checked && o.hashed == o.total) sum = o.hash->Digest();
             done_[id] = Reassembled{id, std::move(o.frame), Status::OK(), sum};
             open_.erase(it);
           }

@@ -57,12 +57,20 @@ class Reassembler {
   // Appends messages that became deliverable to `ready`, in id order. A
   // non-OK return describes a chunk that could not even be attributed to a
   // tracked message (its id is stale or far ahead); it changes no state.
-  Status OnChunk(int stream, uint64_t message_id, uint64_t offset, uint64_t total, ChunkPieces data,
-                 std::vector<Reassembled>* ready);
+  // `payload_offset` is the chunk's Chunk.payload_offset: non-zero on the
+  // chunks of a message sent prefix last, so that its payload is hashed
+  // as it arrives; the prefix, when it comes, must agree.
   Status OnChunk(int stream, uint64_t message_id, uint64_t offset, uint64_t total,
-                 std::span<const uint8_t> data, std::vector<Reassembled>* ready) {
+                 uint64_t payload_offset, ChunkPieces data, std::vector<Reassembled>* ready);
+  Status OnChunk(int stream, uint64_t message_id, uint64_t offset, uint64_t total, ChunkPieces data,
+                 std::vector<Reassembled>* ready) {
+    return OnChunk(stream, message_id, offset, total, 0, data, ready);
+  }
+  Status OnChunk(int stream, uint64_t message_id, uint64_t offset, uint64_t total,
+                 std::span<const uint8_t> data, std::vector<Reassembled>* ready,
+                 uint64_t payload_offset = 0) {
     const std::span<const uint8_t> one[1] = {data};
-    return OnChunk(stream, message_id, offset, total, ChunkPieces(one), ready);
+    return OnChunk(stream, message_id, offset, total, payload_offset, ChunkPieces(one), ready);
   }
 
   // Frees every partial message (a disconnect); ids restart at 1.
@@ -78,15 +86,20 @@ class Reassembler {
     uint64_t received = 0;
     Buffer frame;
     std::map<uint64_t, uint64_t> ranges;  // begin -> end, merged, disjoint
-    // The payload is hashed in order as bytes arrive: [0, hashed) is in and
-    // its payload part hashed. payload_offset is 0 until the prefix came.
+    // The payload is hashed in order as bytes arrive: [payload_offset,
+    // hashed) is in and hashed. payload_offset is 0 until the prefix or a
+    // chunk's payload_offset said where the payload begins.
     uint64_t payload_offset = 0;
     uint64_t hashed = 0;
-    std::optional<PayloadChecksumStream> hash;  // from when the prefix came
+    bool prefix_checked = false;                // the prefix came and agreed
+    std::optional<PayloadChecksumStream> hash;  // from when payload_offset is known
   };
 
   static void CopyIn(Open& o, uint64_t offset, ChunkPieces data);
   static void HashTo(Open& o, uint64_t end);
+  static void StartHash(Open& o, uint64_t payload_offset);
+  // Checks a prefix in the chunk at offset 0; learns the payload offset.
+  Status TakePrefix(uint64_t id, Open& o, ChunkPieces data);
 
   void Fail(uint64_t id, Status why);
   void Release(std::vector<Reassembled>* ready);

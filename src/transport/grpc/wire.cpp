@@ -10,7 +10,7 @@ namespace {
 constexpr uint32_t kVarint = 0, kLengthDelimited = 2;
 constexpr uint32_t kFrameChunkField = 3;
 constexpr uint32_t kChunkIdField = 1, kChunkOffsetField = 2, kChunkTotalField = 3,
-                   kChunkDataField = 4;
+                   kChunkDataField = 4, kChunkPayloadOffsetField = 5;
 constexpr uint8_t Tag(uint32_t field, uint32_t wire_type) {
   return static_cast<uint8_t>(field << 3 | wire_type);
 }
@@ -116,6 +116,8 @@ bool ParseChunkInPlace(const std::vector<grpc::Slice>& slices, ChunkIn* chunk) {
       if (!in.Varint(&chunk->offset)) return false;
     } else if (wire_type == kVarint && field == kChunkTotalField) {
       if (!in.Varint(&chunk->total)) return false;
+    } else if (wire_type == kVarint && field == kChunkPayloadOffsetField) {
+      if (!in.Varint(&chunk->payload_offset)) return false;
     } else if (wire_type == kLengthDelimited && field == kChunkDataField) {
       chunk->pieces.clear();  // a repeated singular field: the last one counts
       if (!in.Varint(&length) || !in.Skip(length, &chunk->pieces)) return false;
@@ -130,15 +132,17 @@ bool ParseChunkInPlace(const std::vector<grpc::Slice>& slices, ChunkIn* chunk) {
 
 grpc::ByteBuffer ChunkToByteBuffer(const ChunkOut& c) {
   const uint64_t chunk_size = VarintFieldSize(c.message_id) + VarintFieldSize(c.offset) +
-                              VarintFieldSize(c.frame->bytes.size) + 1 + VarintSize(c.length) +
+                              VarintFieldSize(c.frame->bytes.size) +
+                              VarintFieldSize(c.payload_offset) + 1 + VarintSize(c.length) +
                               c.length;
-  uint8_t head[64];
+  uint8_t head[80];
   uint8_t* p = head;
   *p++ = Tag(kFrameChunkField, kLengthDelimited);
   p = PutVarint(p, chunk_size);
   p = PutVarintField(p, kChunkIdField, c.message_id);
   p = PutVarintField(p, kChunkOffsetField, c.offset);
   p = PutVarintField(p, kChunkTotalField, c.frame->bytes.size);
+  p = PutVarintField(p, kChunkPayloadOffsetField, c.payload_offset);
   *p++ = Tag(kChunkDataField, kLengthDelimited);
   p = PutVarint(p, c.length);
 
@@ -181,7 +185,7 @@ bool ParseIncoming(const grpc::ByteBuffer& bytes, Incoming* out) {
   // A chunk protobuf had to parse (unusual field order or unknown fields).
   const Chunk& c = out->frame.chunk();
   out->is_chunk = true;
-  out->chunk = ChunkIn{c.message_id(), c.offset(), c.total(), {}};
+  out->chunk = ChunkIn{c.message_id(), c.offset(), c.total(), c.payload_offset(), {}};
   out->chunk.pieces.emplace_back(reinterpret_cast<const uint8_t*>(c.data().data()),
                                  c.data().size());
   return true;

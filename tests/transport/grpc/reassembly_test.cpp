@@ -123,6 +123,80 @@ TEST(Reassembly, AMultiBlockPayloadIsHashedOnTheWay) {
   EXPECT_TRUE(DecodeMessage(ready[0].frame, known).ok());
 }
 
+// Prefix last (the sender hashed while the payload went out): the chunks
+// carry the payload offset, so the payload is hashed as it arrives, before
+// the prefix that holds its checksum; a flipped byte is then caught by
+// comparing that sum with the prefix's.
+TEST(Reassembly, APrefixLastFrameIsHashedBeforeItsPrefixArrives) {
+  Buffer f = FrameBytes(3 * (1ull << 20) + 777, 12);
+  auto prefix = ParseFramePrefix(f.span());
+  ASSERT_TRUE(prefix.ok());
+  const uint64_t head = prefix->payload_offset();
+  auto send = [&](Reassembler& r, const Buffer& bytes, std::vector<Reassembled>* ready) {
+    const uint64_t cut = 300000;
+    for (uint64_t off = head; off < bytes.size(); off += cut) {
+      const uint64_t len = std::min(cut, bytes.size() - off);
+      ASSERT_TRUE(r.OnChunk(0, 1, off, bytes.size(), Piece(bytes, off, len), ready, head).ok());
+      ASSERT_TRUE(ready->empty());
+    }
+    ASSERT_TRUE(r.OnChunk(0, 1, 0, bytes.size(), Piece(bytes, 0, head), ready, head).ok());
+  };
+  std::vector<Reassembled> ready;
+  Reassembler r({}, 1);
+  send(r, f, &ready);
+  ASSERT_EQ(ready.size(), 1u);
+  ASSERT_TRUE(ready[0].status.ok()) << ready[0].status.ToString();
+  ASSERT_TRUE(ready[0].payload_checksum.has_value());
+  EXPECT_EQ(*ready[0].payload_checksum, prefix->payload_checksum);
+  EXPECT_EQ(std::memcmp(ready[0].frame.data(), f.data(), f.size()), 0);
+
+  Buffer bad = std::move(Buffer::Allocate(f.size())).value();
+  std::memcpy(bad.mutable_data(), f.data(), f.size());
+  bad.mutable_data()[head + 2 * (1 << 20) + 5] ^= 0x10;
+  Reassembler r2({}, 1);
+  std::vector<Reassembled> got;
+  send(r2, bad, &got);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_TRUE(got[0].payload_checksum.has_value());
+  DecodeLimits known;
+  known.payload_checksum = got[0].payload_checksum;
+  auto decoded = DecodeMessage(got[0].frame, known);
+  EXPECT_EQ(decoded.status().code(), StatusCode::kCorrupt) << decoded.status().ToString();
+}
+
+// A payload offset that is impossible, changes between chunks, or
+// disagrees with the prefix drops the message with Corrupt.
+TEST(Reassembly, AWrongPayloadOffsetDropsTheMessage) {
+  Buffer f = FrameBytes(100000, 13);
+  auto prefix = ParseFramePrefix(f.span());
+  ASSERT_TRUE(prefix.ok());
+  const uint64_t head = prefix->payload_offset(), size = f.size();
+  struct Case {
+    const char* what;
+    std::vector<std::pair<uint64_t, uint64_t>> chunks;  // offset, payload offset
+    const char* error;
+  } cases[] = {
+      {"below the prefix", {{head, 8}}, "outside its frame"},
+      {"beyond the frame", {{head, size + 1}}, "outside its frame"},
+      {"changes", {{head, head}, {head + 1000, head + 64}}, "earlier chunks at"},
+      {"disagrees with the prefix", {{head + 64, head + 64}, {0, head + 64}}, "frame prefix puts"},
+  };
+  for (const Case& c : cases) {
+    Reassembler r({}, 1);
+    std::vector<Reassembled> ready;
+    uint64_t at = c.chunks.front().first;
+    for (auto [off, po] : c.chunks) {
+      const uint64_t len = off == 0 ? at : (off == c.chunks.front().first ? 1000 : 2000);
+      ASSERT_TRUE(r.OnChunk(0, 1, off, size, Piece(f, off, len), &ready, po).ok()) << c.what;
+    }
+    ASSERT_EQ(ready.size(), 1u) << c.what;
+    EXPECT_EQ(ready[0].status.code(), StatusCode::kCorrupt) << c.what;
+    EXPECT_NE(ready[0].status.message().find(c.error), std::string::npos)
+        << c.what << ": " << ready[0].status.ToString();
+    EXPECT_EQ(r.open_bytes(), 0u) << c.what;
+  }
+}
+
 TEST(Reassembly, ChunkBeyondTotalDropsTheMessage) {
   Buffer f = FrameBytes(4000, 4);
   Reassembler r({}, 1);
