@@ -417,6 +417,11 @@ int RunP2p(P2pOptions a) {
         run["latency_ms"] = lat;
         run["latency_median_ms"] = Median(lat);
         run["latency_p95_ms"] = Percentile(lat, 95);
+        std::vector<double> dl = result.value("delivery_ms", std::vector<double>{});
+        if (!dl.empty()) {
+          run["delivery_ms"] = dl;
+          run["delivery_median_ms"] = Median(dl);
+        }
         if (result.contains("concurrency")) run["concurrency"] = result["concurrency"];
         if (result.contains("route")) run["route"] = result["route"];  // auto+s3's last choice
         run["dispatch"] = result.value("dispatch", json::array());
@@ -432,10 +437,12 @@ int RunP2p(P2pOptions a) {
           const double floor_ms = FloorMs(link, bytes);
           run["floor_ms"] = floor_ms;
           run["over_floor"] = Median(lat) / floor_ms;
+          if (!dl.empty()) run["delivery_over_floor"] = Median(dl) / floor_ms;
         }
         std::cout << "  " << std::left << std::setw(12) << bname << std::setw(8) << tier_name
                   << std::right << " latency " << Fixed(Median(lat), 1) << " ms (p95 "
                   << Fixed(Percentile(lat, 95), 1) << ")";
+        if (!dl.empty()) std::cout << ", delivered " << Fixed(Median(dl), 1) << " ms";
         if (run.contains("floor_ms"))
           std::cout << ", floor " << Fixed(run["floor_ms"].get<double>(), 1) << " ms";
         if (run.contains("concurrency"))

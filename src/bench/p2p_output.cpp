@@ -19,7 +19,8 @@ void WriteP2pFiles(const json& report, const std::string& dir) {
     std::ofstream csv(dir + "/p2p.csv");
     csv << "env,tier,backend,bytes,latency_median_ms,latency_p95_ms,floor_ms,over_floor,"
            "speedup,sequential_s,concurrent_s,broadcast_peers,broadcast_peak_bytes,"
-           "broadcast_rss_before_bytes,encode_ms,decode_ms,serialization_share,error\n";
+           "broadcast_rss_before_bytes,encode_ms,decode_ms,serialization_share,error,"
+           "delivery_median_ms,delivery_over_floor\n";
     for (const auto& r : report["runs"]) {
       auto num = [&](const json& j, const char* k) {
         return j.contains(k) ? j[k].dump() : std::string();
@@ -33,7 +34,8 @@ void WriteP2pFiles(const json& report, const std::string& dir) {
           << num(c, "sequential_s") << "," << num(c, "concurrent_s") << "," << num(bc, "peers")
           << "," << num(bc, "peak_bytes") << "," << num(bc, "rss_before_bytes") << ","
           << num(r, "encode_ms") << "," << num(r, "decode_ms") << ","
-          << num(r, "serialization_share") << "," << (r.contains("error") ? "failed" : "") << "\n";
+          << num(r, "serialization_share") << "," << (r.contains("error") ? "failed" : "") << ","
+          << num(r, "delivery_median_ms") << "," << num(r, "delivery_over_floor") << "\n";
     }
   }
   {

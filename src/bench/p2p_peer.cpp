@@ -89,12 +89,15 @@ struct SendErrors {
 };
 
 // Waits for one ack per sequence number in `seqs`; returns seq -> receive
-// time (steady clock ns, the receiver's, same machine so same clock).
-// With `per_seq` > 1 (a broadcast), waits for that many acks per number and
-// keeps the latest time.
+// time (steady clock ns, the receiver's, same machine so same clock), taken
+// once the receiver checked the model. With `delivered`, also seq -> the
+// time Receive returned it, before that check. With `per_seq` > 1 (a
+// broadcast), waits for that many acks per number and keeps the latest
+// times.
 Result<std::map<int64_t, int64_t>> WaitAcks(Transport& t, const std::set<int64_t>& seqs,
                                             double timeout_s, SendErrors* errors,
-                                            size_t per_seq = 1) {
+                                            size_t per_seq = 1,
+                                            std::map<int64_t, int64_t>* delivered = nullptr) {
   std::map<int64_t, int64_t> out;
   size_t got = 0;
   const auto deadline = Clock::now() + Seconds(timeout_s);
@@ -118,6 +121,8 @@ Result<std::map<int64_t, int64_t>> WaitAcks(Transport& t, const std::set<int64_t
                      std::to_string(*seq) + ")");
     if (seqs.count(*seq)) {
       out[*seq] = std::max(out[*seq], *ns);
+      auto at = m->GetInt("delivered_ns");
+      if (delivered && at.ok()) (*delivered)[*seq] = std::max((*delivered)[*seq], *at);
       ++got;
     }
   }
@@ -149,15 +154,21 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
   };
 
   // (a) latency: warm-up sends, then `repeats` sends, each waited for.
-  std::vector<double> latency_ms;
+  // delivery_ms: the same, until the receiver's Receive returned (before
+  // its check of the model).
+  std::vector<double> latency_ms, delivery_ms;
   for (int r = 0; r < spec.warmup + spec.repeats; ++r) {
     StampModel(&model, ++seq);
     const int64_t t0 = NowNs();
     send(1, model, seq);
-    XSILO_ASSIGN_OR_RETURN(auto acks, WaitAcks(t, {seq}, spec.timeout_s, &errors));
-    if (r >= spec.warmup) latency_ms.push_back(static_cast<double>(acks[seq] - t0) / 1e6);
+    std::map<int64_t, int64_t> delivered;
+    XSILO_ASSIGN_OR_RETURN(auto acks, WaitAcks(t, {seq}, spec.timeout_s, &errors, 1, &delivered));
+    if (r < spec.warmup) continue;
+    latency_ms.push_back(static_cast<double>(acks[seq] - t0) / 1e6);
+    if (delivered.count(seq)) delivery_ms.push_back(static_cast<double>(delivered[seq] - t0) / 1e6);
   }
   (*result)["latency_ms"] = latency_ms;
+  (*result)["delivery_ms"] = delivery_ms;
   if (std::string route = t.RouteReason(); !route.empty()) (*result)["route"] = route;
   phase("latency");
 
@@ -271,6 +282,7 @@ Status RunReceiver(const PeerSpec& spec, Transport& t) {
   for (;;) {
     XSILO_ASSIGN_OR_RETURN(Message m, t.Receive(idle));
     if (m.type == "done") return Status::OK();
+    const int64_t delivered = NowNs();
     const bool ok = ModelIntact(m);
     const int64_t at = NowNs();
     auto seq = m.GetInt("seq");
@@ -279,6 +291,7 @@ Status RunReceiver(const PeerSpec& spec, Transport& t) {
     ack.params["seq"] = seq.ok() ? *seq : int64_t{0};
     ack.params["ok"] = static_cast<int64_t>(ok ? 1 : 0);
     ack.params["recv_ns"] = at;
+    ack.params["delivered_ns"] = delivered;
     m = Message();  // drop the model before acking
     XSILO_RETURN_IF_ERROR(t.Send(0, std::move(ack), std::chrono::seconds(120)));
   }

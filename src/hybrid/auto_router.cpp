@@ -134,6 +134,22 @@ std::vector<int32_t> AutoRouter::WantProbe(const std::vector<int32_t>& peers,
   return due;
 }
 
+std::vector<int32_t> AutoRouter::ProbeSet(const std::vector<int32_t>& peers) {
+  if (peers.size() <= 1) return peers;
+  std::lock_guard<std::mutex> lock(mu_);
+  int32_t longest = peers.front();
+  double longest_rtt = -1;
+  for (int32_t peer : peers) {
+    const LinkEstimate e = PeerLocked(peer).estimator.estimate();
+    if (e.samples == 0 || !(e.rtt_s >= 0)) return peers;  // Choose takes an unknown one
+    if (e.rtt_s > longest_rtt) {
+      longest = peer;
+      longest_rtt = e.rtt_s;
+    }
+  }
+  return {longest};
+}
+
 bool AutoRouter::ProbeDue(int32_t peer, Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mu_);
   return ProbeDueLocked(PeerLocked(peer), now);

@@ -74,6 +74,13 @@ class AutoRouter {
   // whatever its outcome.
   std::vector<int32_t> WantProbe(const std::vector<int32_t>& peers,
                                  Clock::time_point now = Clock::now());
+  // The receivers of a message whose probe could change its path: Choose
+  // routes a message to several by one link (an unmeasured one, else the
+  // longest round trip), so once every link has a round trip only that
+  // one matters. A broadcast that reaches one intercontinental client thus
+  // waits for no probe of the clients next door (each of which cost the
+  // first round of a geo-distributed job seconds: docs/auto.md).
+  std::vector<int32_t> ProbeSet(const std::vector<int32_t>& peers);
   bool ProbeDue(int32_t peer, Clock::time_point now = Clock::now());
   void ProbeDone(int32_t peer);
   // Blocks until each of `peers` is settled (its probe ended, or none is

@@ -444,8 +444,9 @@ class HybridTransport final : public Transport {
       store = it != grants_.end() && !it->second.empty();
     }
     if (bytes >= AutoRouter::kProbeMinBytes) {
-      for (int32_t p : router_->WantProbe(peers)) StartProbe(p);
-      router_->WaitSettled(peers);
+      const std::vector<int32_t> probed = router_->ProbeSet(peers);
+      for (int32_t p : router_->WantProbe(probed)) StartProbe(p);
+      router_->WaitSettled(probed);
     }
     AutoChoice c = router_->Choose(peers, bytes, store);
     if (DebugLog()) {

@@ -247,6 +247,28 @@ TEST(AutoRouter, AShortLinkIsProbedOnceBeforeItsFirstBigMessage) {
   EXPECT_EQ(r.Choose({1}, 256 << 10, true).path, AutoPath::kInline) << r.last_reason();
 }
 
+// A broadcast goes by its longest link: only that one's probe could change
+// the path, so only that one is probed (none when it is a long link, which
+// is never probed); with a receiver not yet measured, all are.
+TEST(AutoRouter, ABroadcastProbesOnlyTheLinkThatRoutesIt) {
+  AutoRouter r;
+  for (int i = 0; i < 5; ++i) {
+    r.OnRtt(1, 0.0008);  // the server's own site
+    r.OnRtt(2, 0.004);
+    r.OnRtt(3, 0.167);  // hong-kong
+  }
+  EXPECT_EQ(r.ProbeSet({1, 2, 3}), std::vector<int32_t>{3});
+  EXPECT_TRUE(r.WantProbe(r.ProbeSet({1, 2, 3})).empty()) << "a long link is not probed";
+  r.WaitSettled(r.ProbeSet({1, 2, 3}));  // nothing to wait for
+  EXPECT_FALSE(r.ProbeDue(1)) << "the short links were not asked for";
+  EXPECT_EQ(r.Choose({1, 2, 3}, 253 * kMiB, true).path, AutoPath::kStore) << r.last_reason();
+
+  EXPECT_EQ(r.ProbeSet({1, 2}), std::vector<int32_t>{2});
+  EXPECT_EQ(r.WantProbe(r.ProbeSet({1, 2})), std::vector<int32_t>{2});
+  EXPECT_EQ(r.ProbeSet({1}), std::vector<int32_t>{1});
+  EXPECT_EQ(r.ProbeSet({1, 4}), (std::vector<int32_t>{1, 4})) << "4 has no echo yet";
+}
+
 // A message that wants a probe before the echoes are in: the last echo
 // starts it.
 TEST(AutoRouter, TheLastStartEchoStartsAWantedProbe) {
