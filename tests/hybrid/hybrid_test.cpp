@@ -175,6 +175,50 @@ TEST_F(HybridTest, RepeatedSendsOfSamePayloadReuseTheObject) {
   ASSERT_TRUE(WaitUntil([&] { return ObjectsInDir() == 0; }));
 }
 
+// The hash of bytes not seen before runs alongside their upload, so the
+// content is known only afterwards: the same content from other buffers,
+// while its first object is stored, is uploaded again, and that second
+// object is dropped at once for the first.
+TEST_F(HybridTest, TheSameContentFromOtherBuffersReusesTheStoredObject) {
+  MakeWorld(3, {.threshold_bytes = 1024});
+  Message a = PatternMessage(1 << 20, 8);
+  Message b = a;
+  b.tensors.at("w").data = Buffer::CopyFrom(a.tensors.at("w").data.data(), 1 << 20);
+  connector_->HoldGets(true);
+  ASSERT_TRUE(world_[0]->Send(1, a, 30s).ok());
+  ASSERT_TRUE(world_[0]->Send(2, b, 30s).ok());
+  EXPECT_EQ(connector_->puts.load(), 2);
+  EXPECT_EQ(connector_->evicts.load(), 1) << "the duplicate goes at once";
+  connector_->HoldGets(false);
+  ASSERT_TRUE(PatternIntact(*world_[1]->Receive(30s)));
+  ASSERT_TRUE(PatternIntact(*world_[2]->Receive(30s)));
+  EXPECT_EQ(connector_->gets.load(), 2);
+  ASSERT_TRUE(WaitUntil([&] { return ObjectsInDir() == 0; }));
+  EXPECT_EQ(connector_->evicts.load(), 2);
+}
+
+// Bytes changed in place after a send: where they live names a stored
+// object, but the hash says the content is new, so it is uploaded again
+// and each receiver gets what was sent to it.
+TEST_F(HybridTest, ATensorChangedInPlaceIsUploadedAgain) {
+  MakeWorld(3, {.threshold_bytes = 1024});
+  Message m = PatternMessage(1 << 20, 9);
+  connector_->HoldGets(true);
+  ASSERT_TRUE(world_[0]->Send(1, m, 30s).ok());
+  Tensor& w = m.tensors.at("w");
+  w.data.mutable_data()[12345] ^= 0x5a;
+  m.params["xxh3"] = static_cast<int64_t>(Checksum(w.data.span()));
+  ASSERT_TRUE(world_[0]->Send(2, m, 30s).ok());
+  connector_->HoldGets(false);
+  auto first = world_[1]->Receive(30s), second = world_[2]->Receive(30s);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_TRUE(PatternIntact(*first));
+  EXPECT_TRUE(PatternIntact(*second));
+  EXPECT_NE(first->GetInt("xxh3").value(), second->GetInt("xxh3").value());
+  EXPECT_EQ(connector_->puts.load(), 2);
+  ASSERT_TRUE(WaitUntil([&] { return ObjectsInDir() == 0; }));
+}
+
 TEST_F(HybridTest, SmallTensorsTravelInline) {
   MakeWorld(2, {});  // default 10 MiB threshold
   ASSERT_TRUE(world_[0]->Send(1, PatternMessage(1 << 20, 3), 30s).ok());
