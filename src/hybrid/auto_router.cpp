@@ -139,14 +139,21 @@ std::vector<int32_t> AutoRouter::ProbeSet(const std::vector<int32_t>& peers) {
   std::lock_guard<std::mutex> lock(mu_);
   int32_t longest = peers.front();
   double longest_rtt = -1;
+  bool unknown = false;
   for (int32_t peer : peers) {
     const LinkEstimate e = PeerLocked(peer).estimator.estimate();
-    if (e.samples == 0 || !(e.rtt_s >= 0)) return peers;  // Choose takes an unknown one
-    if (e.rtt_s > longest_rtt) {
+    if (e.samples == 0 || !(e.rtt_s >= 0)) {
+      unknown = true;  // Choose routes by an unknown link: the defaults
+    } else if (e.rtt_s > longest_rtt) {
       longest = peer;
       longest_rtt = e.rtt_s;
     }
   }
+  // A long link is never probed, and the message goes by it or by the
+  // defaults (an unknown one): no probe of the others could matter, and
+  // waiting for an unknown one's echoes would only delay it.
+  if (longest_rtt >= kProbeMaxRtt) return {};
+  if (unknown) return peers;  // all short so far: wait for the echoes
   return {longest};
 }
 

@@ -74,12 +74,14 @@ class AutoRouter {
   // whatever its outcome.
   std::vector<int32_t> WantProbe(const std::vector<int32_t>& peers,
                                  Clock::time_point now = Clock::now());
-  // The receivers of a message whose probe could change its path: Choose
-  // routes a message to several by one link (an unmeasured one, else the
-  // longest round trip), so once every link has a round trip only that
-  // one matters. A broadcast that reaches one intercontinental client thus
-  // waits for no probe of the clients next door (each of which cost the
-  // first round of a geo-distributed job seconds: docs/auto.md).
+  // The receivers of a message whose probe could change its path (and so
+  // are worth waiting for): Choose routes a message to several by one link
+  // (an unmeasured one, else the longest round trip). Once every link has
+  // a round trip only the longest matters; a link at or above kProbeMaxRtt
+  // is never probed, so with one such receiver none is. A broadcast that
+  // reaches one intercontinental client thus waits neither for probes of
+  // the clients next door nor for the echoes of a client that just joined
+  // (both cost the first round of a geo-distributed job: docs/auto.md).
   std::vector<int32_t> ProbeSet(const std::vector<int32_t>& peers);
   bool ProbeDue(int32_t peer, Clock::time_point now = Clock::now());
   void ProbeDone(int32_t peer);
