@@ -19,6 +19,7 @@ void AutoRouter::OnRtt(int32_t peer, double seconds, Clock::time_point at) {
   p.last_pong = at;
   if (p.pongs++ == 0) p.first_pong = at;
   AfterObservationLocked(p, at);
+  settled_.notify_all();  // WaitSettled re-evaluates its set
 }
 
 void AutoRouter::OnTransfer(int32_t peer, uint64_t bytes, double seconds, int streams,
@@ -135,8 +136,12 @@ std::vector<int32_t> AutoRouter::WantProbe(const std::vector<int32_t>& peers,
 }
 
 std::vector<int32_t> AutoRouter::ProbeSet(const std::vector<int32_t>& peers) {
-  if (peers.size() <= 1) return peers;
   std::lock_guard<std::mutex> lock(mu_);
+  return ProbeSetLocked(peers);
+}
+
+std::vector<int32_t> AutoRouter::ProbeSetLocked(const std::vector<int32_t>& peers) {
+  if (peers.size() <= 1) return peers;
   int32_t longest = peers.front();
   double longest_rtt = -1;
   bool unknown = false;
@@ -187,18 +192,25 @@ void AutoRouter::ProbeDone(int32_t peer) {
 
 void AutoRouter::WaitSettled(const std::vector<int32_t>& peers) {
   std::unique_lock<std::mutex> lock(mu_);
-  for (int32_t peer : peers) {
-    for (;;) {
-      Peer& p = PeerLocked(peer);  // map nodes are stable; re-read after a wait
-      if (p.probe == Probe::kSettled) break;
-      const auto until = WaitUntil(p);
-      if (Clock::now() >= until) {
+  for (;;) {
+    // Every observation wakes this: an echo may shrink the set (a long link
+    // showed up) or make a wanted probe due.
+    const auto now = Clock::now();
+    auto until = Clock::time_point::max();
+    bool waiting = false;
+    for (int32_t peer : ProbeSetLocked(peers)) {
+      Peer& p = PeerLocked(peer);
+      if (p.probe == Probe::kSettled || !p.wanted) continue;  // nothing to wait for
+      if (now >= WaitUntil(p)) {
         // Given up waiting; a probe still running reports later.
-        SettleLocked(p, Clock::now());
-        break;
+        SettleLocked(p, now);
+        continue;
       }
-      settled_.wait_until(lock, until);
+      waiting = true;
+      until = std::min(until, WaitUntil(p));
     }
+    if (!waiting) return;
+    settled_.wait_until(lock, until);
   }
 }
 

@@ -85,10 +85,12 @@ class AutoRouter {
   std::vector<int32_t> ProbeSet(const std::vector<int32_t>& peers);
   bool ProbeDue(int32_t peer, Clock::time_point now = Clock::now());
   void ProbeDone(int32_t peer);
-  // Blocks until each of `peers` is settled (its probe ended, or none is
-  // due) or its wait ran out: kProbeWait after the later of WantProbe and
-  // the peer's first echo. A peer that never answers is waited for once,
-  // at most that long, then routed by the defaults.
+  // Blocks until each wanted peer of ProbeSet(peers), evaluated again at
+  // every echo, is settled (its probe ended, or none is due) or its wait
+  // ran out: kProbeWait after the later of WantProbe and the peer's first
+  // echo. A peer that never answers is waited for once, at most that
+  // long, then routed by the defaults; a broadcast stops waiting for its
+  // unmeasured receivers as soon as one of them shows a long link.
   void WaitSettled(const std::vector<int32_t>& peers);
 
   // Smallest message that waits for its receivers' probe (WantProbe), or,
@@ -136,6 +138,7 @@ class AutoRouter {
   void AfterObservationLocked(Peer& p, Clock::time_point at);
   void RearmLocked(Peer& p, Clock::time_point now);
   void SettleLocked(Peer& p, Clock::time_point at);
+  std::vector<int32_t> ProbeSetLocked(const std::vector<int32_t>& peers);
   bool ProbeDueLocked(Peer& p, Clock::time_point now);
   static Clock::time_point WaitUntil(const Peer& p) {
     return std::max(p.wanted_at, p.first_pong) + kProbeWait;

@@ -547,8 +547,15 @@ class HybridTransport final : public Transport {
     }
     if (bytes >= AutoRouter::kProbeMinBytes) {
       const std::vector<int32_t> probed = router_->ProbeSet(peers);
+      const auto start = Clock::now();
       for (int32_t p : router_->WantProbe(probed)) StartProbe(p);
-      router_->WaitSettled(probed);
+      router_->WaitSettled(peers);  // ProbeSet again at every echo
+      const double waited = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      if (DebugLog() && waited >= 1) {
+        std::cerr << "xsilo " << name_ << " rank " << rank() << ": waited " << waited
+                  << " ms for the probes or echoes of " << probed.size() << " of " << peers.size()
+                  << " receivers\n";
+      }
     }
     AutoChoice c = router_->Choose(peers, bytes, store);
     if (DebugLog()) {
@@ -576,7 +583,11 @@ class HybridTransport final : public Transport {
       Message ping;
       ping.type = kPingType;
       ping.params["t"] = NowNs();
-      inner_->SendAsync(p, std::move(ping), [](const Status&) {});
+      inner_->SendAsync(p, std::move(ping), [this, p](const Status& s) {
+        if (DebugLog() && !s.ok())
+          std::cerr << "xsilo " << name_ << " rank " << rank() << ": echo to rank " << p
+                    << " not sent: " << s.ToString() << "\n";
+      });
     }
   }
 
@@ -915,6 +926,9 @@ class HybridTransport final : public Transport {
       if (m.type == kPongType) {
         auto t = m.GetInt("t");
         if (router_ && t.ok()) {
+          if (DebugLog())
+            std::cerr << "xsilo " << name_ << " rank " << rank() << ": echo from rank " << m.sender
+                      << " in " << static_cast<double>(NowNs() - *t) * 1e-6 << " ms\n";
           router_->OnRtt(m.sender, static_cast<double>(NowNs() - *t) * 1e-9);
           MaybePing({m.sender});  // the start's echoes go back to back
           if (router_->ProbeDue(m.sender)) StartProbe(m.sender);
