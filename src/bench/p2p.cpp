@@ -1,6 +1,7 @@
 // The coordinator of `bench p2p`: brings each environment up, measures its
 // link, runs every tier and backend as fresh peer processes and collects
 // their results into the report.
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +36,22 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 namespace fs = std::filesystem;
+
+// The development VM's hypervisor takes back memory the guest freed
+// (virtio-balloon free page reporting), and the next process to touch it
+// waits for the host to fault it in again: the first backend after an idle
+// spell (the iperf3 reference) moved lan Big in 121-272 ms where the same
+// backend right after took 105-130 ms, whatever the backend. Touching and
+// freeing about what a run allocates, just before its peers start, hands
+// them pages the host has not taken back yet (docs/benchmarks.md, Method).
+void WarmMemory(uint64_t bytes) {
+  constexpr uint64_t kPage = 4096;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return;  // only a warm-up
+  auto* bytes_p = static_cast<volatile uint8_t*>(p);
+  for (uint64_t i = 0; i < bytes; i += kPage) bytes_p[i] = 1;
+  ::munmap(p, bytes);
+}
 
 // Backends. One row per name accepted by --backends. `transport` is the
 // TransportRegistry name, `options` its TransportOptions::backend.
@@ -334,6 +351,9 @@ int RunP2p(P2pOptions a) {
         fs::create_directories(a.out + "/logs", ec);
         const std::string log = a.out + "/logs/" + env + "-" + tier_name + "-" + bname + ".log";
         fs::remove(log, ec);
+        // The sender's model, the receiver's copy, and as much again for
+        // the kernel's and the transport's buffers; at most 4 GiB.
+        WarmMemory(std::min<uint64_t>(3 * bytes + (256ull << 20), 4ull << 30));
         const auto run_started = Clock::now();
         std::vector<pid_t> pids;
         Status spawn_status;
