@@ -390,6 +390,10 @@ class HybridTransport final : public Transport {
       known = objects_by_identity_.count(identity) > 0;
     }
     if (!known) return OffloadNew(std::move(m), std::move(prepared), identity, receivers);
+    if (DebugLog()) {
+      std::cerr << "xsilo " << name_ << " rank " << rank()
+                << ": hashing first: the payload's Buffers are those of an object still stored\n";
+    }
     // Bytes from where an object still stored came from: hash first, and
     // upload only if the content changed.
     HashPrepared(&prepared);
