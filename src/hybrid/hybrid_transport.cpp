@@ -144,6 +144,11 @@ Prepared Prepare(const TensorMap& tensors) {
   return p;
 }
 
+// What names an object's content: its digest and size.
+std::string ContentOf(const EncodedPayload& payload) {
+  return std::to_string(payload.checksum) + ":" + std::to_string(payload.bytes.size);
+}
+
 // Where a safetensors payload's bytes live: its header (made anew for each
 // encoding, so by its bytes) and its tensors' addresses and sizes. The same
 // identity may hold new content (a tensor changed in place), so it only
@@ -398,8 +403,7 @@ class HybridTransport final : public Transport {
     // upload only if the content changed.
     HashPrepared(&prepared);
     const EncodedPayload& payload = prepared.payload;
-    const std::string content =
-        std::to_string(payload.checksum) + ":" + std::to_string(payload.bytes.size);
+    const std::string content = ContentOf(payload);
 
     std::shared_ptr<Object> obj;
     std::promise<Status> upload;
@@ -422,17 +426,11 @@ class HybridTransport final : public Transport {
       auto stored = PutObject(payload.bytes);
       std::lock_guard<std::mutex> lock(mu_);
       if (stored.ok()) {
-        obj->key = stored->key;
-        obj->url = std::move(stored->url);
-        obj->blocks = std::move(prepared.blocks);
-        obj->identity = identity;
-        objects_by_id_[obj->key.id] = obj;
-        objects_by_identity_[identity] = obj;
+        KeepLocked(obj, std::move(stored).value(), std::move(prepared.blocks), identity);
         upload.set_value(Status::OK());
       } else {
         objects_by_content_.erase(content);
-        upload.set_value(
-            stored.status().WithContext("upload to " + std::string(connector_->type())));
+        upload.set_value(stored.status());
       }
     }
     Status up = obj->uploaded.get();
@@ -458,11 +456,9 @@ class HybridTransport final : public Transport {
     }
     auto stored = PutObject(prepared.payload.bytes);
     if (hashed.valid()) hashed.get();
-    if (!stored.ok())
-      return stored.status().WithContext("upload to " + std::string(connector_->type()));
+    if (!stored.ok()) return stored.status();
     const EncodedPayload& payload = prepared.payload;
-    const std::string content =
-        std::to_string(payload.checksum) + ":" + std::to_string(payload.bytes.size);
+    const std::string content = ContentOf(payload);
     // Another send stored (or is storing) the same content: reuse its
     // object once its upload succeeded, and drop ours.
     std::shared_ptr<Object> other;
@@ -488,17 +484,12 @@ class HybridTransport final : public Transport {
     std::promise<Status> done;
     done.set_value(Status::OK());
     obj->uploaded = done.get_future().share();
-    obj->key = stored->key;
-    obj->url = std::move(stored->url);
-    obj->blocks = std::move(prepared.blocks);
-    obj->identity = identity;
     obj->pending_acks = static_cast<int64_t>(receivers);
     obj->last_use = Clock::now();
     {
       std::lock_guard<std::mutex> lock(mu_);
       objects_by_content_.insert({content, obj});  // unless another came meanwhile
-      objects_by_id_[obj->key.id] = obj;
-      objects_by_identity_[identity] = obj;
+      KeepLocked(obj, std::move(stored).value(), std::move(prepared.blocks), identity);
     }
     MakeStub(&m, obj->key, payload.checksum, obj->blocks, obj->url);
     return m;
@@ -509,11 +500,25 @@ class HybridTransport final : public Transport {
     std::string url;  // presigned GET, when the connector can presign
   };
 
+  // An uploaded object: where it is, its stub's block checksums, and the
+  // Buffers it came from, found by id (acks) and by identity (Offload).
+  void KeepLocked(const std::shared_ptr<Object>& obj, Stored stored, std::string blocks,
+                  const std::string& identity) {
+    obj->key = std::move(stored.key);
+    obj->url = std::move(stored.url);
+    obj->blocks = std::move(blocks);
+    obj->identity = identity;
+    objects_by_id_[obj->key.id] = obj;
+    objects_by_identity_[identity] = obj;
+  }
+
   // Puts `bytes` into the connector and presigns a GET for receivers without
   // storage access; on failure nothing is left stored.
   Result<Stored> PutObject(const GatherList& bytes) {
     Stored out;
-    XSILO_ASSIGN_OR_RETURN(out.key, connector_->Put(bytes));
+    auto key = connector_->Put(bytes);
+    if (!key.ok()) return key.status().WithContext("upload to " + std::string(connector_->type()));
+    out.key = std::move(key).value();
     if (hybrid_.presign_expiry.count() > 0 && connector_->presigned()) {
       auto url = connector_->presigned()->PresignGet(out.key, hybrid_.presign_expiry);
       if (!url.ok()) {

@@ -61,9 +61,7 @@ void PrefixLast::HashFor(uint64_t from, uint64_t length) {
 }
 
 OutFrame EncodeForLink(const Message& message, uint64_t prefix_last_bytes) {
-  uint64_t payload = 0;
-  for (const auto& [name, t] : message.tensors) payload += t.data.size();
-  if (payload < prefix_last_bytes) {
+  if (message.payload_bytes() < prefix_last_bytes) {
     return {std::make_shared<const EncodedFrame>(EncodeMessage(message)), nullptr};
   }
   auto frame = std::make_shared<const EncodedFrame>(EncodeMessage(message, /*checksum=*/false));
