@@ -2,19 +2,22 @@
 // memory and open descriptors round by round.
 //
 //   soak [--backend grpc+s3] [--tier small] [--clients 7] [--rounds 100]
-//        [--local-steps 2] [--from-round 10] [--max-rss-growth 0.05]
+//        [--local-steps 2] [--from-round 10] [--window 10] [--max-rss-growth 0.05]
 //        [--option key=value]... [--json soak.json]
 //
 // This process is the server (rank 0); each client is this program re-run
 // as a child process with the built-in MLP trainer on its synthetic shard.
-// After every round the server samples VmRSS and the number of open file
+// After every round the server samples VmRSS, the round's peak VmRSS
+// (VmHWM, reset after each sample) and the number of open file
 // descriptors (/proc/<pid>/fd) of itself, of every client, and of any
 // other child process the transport started (the embedded S3 server of
 // grpc+s3). --option sets a backend option for every party, e.g.
 // threshold=always to send the Small model (4.8 MB, under grpc+s3's 10 MiB
 // default threshold) through the object store. It prints the samples every 10 rounds and writes all
 // of them as JSON. It fails (exit 1) if any process's RSS grows by more than
-// --max-rss-growth between round --from-round and the last round, if any
+// --max-rss-growth between round --from-round and the last round (each the
+// median over --window rounds: from round --from-round on, and up to the
+// last round), if any
 // process's descriptor count grows over the same span, or if a round
 // misses its quorum.
 #include <sys/wait.h>
@@ -51,6 +54,7 @@ struct Args {
   int rounds = 100;
   uint64_t local_steps = 2;
   int from_round = 10;
+  int window = 10;  // rounds whose median RSS stands for each end
   double max_rss_growth = 0.05;
   std::string json = "soak.json";
   std::map<std::string, std::string> options;  // --option key=value, for every party
@@ -60,6 +64,14 @@ using bench::ChildPids;
 using bench::FreeLoopbackPort;
 
 uint64_t RssBytes(pid_t pid) { return bench::StatusBytes(std::to_string(pid), "VmRSS"); }
+
+// The process's peak RSS since the last call (VmHWM, then reset to the
+// current RSS through clear_refs), so each round has the OS's own peak.
+uint64_t TakeRoundPeakBytes(pid_t pid) {
+  const uint64_t peak = bench::StatusBytes(std::to_string(pid), "VmHWM");
+  bench::ResetPeakRss(std::to_string(pid));
+  return peak;
+}
 
 int OpenFds(pid_t pid) {
   std::error_code ec;
@@ -110,8 +122,9 @@ int RunClient(const std::string& backend, const std::string& tier, const std::st
 
 struct Sample {
   int round;
-  uint64_t server_buffer_bytes = 0;  // xsilo Buffers alive in the server
-  std::map<std::string, uint64_t> rss;
+  uint64_t server_buffer_bytes = 0;          // xsilo Buffers alive in the server
+  std::map<std::string, uint64_t> rss;       // VmRSS when the round ended
+  std::map<std::string, uint64_t> rss_peak;  // the peak VmRSS during the round (VmHWM)
   std::map<std::string, int> fds;
 };
 
@@ -155,6 +168,8 @@ int main(int argc, char** argv) {
       a.local_steps = std::stoull(v);
     else if (k == "--from-round")
       a.from_round = std::stoi(v);
+    else if (k == "--window")
+      a.window = std::stoi(v);
     else if (k == "--max-rss-growth")
       a.max_rss_growth = std::stod(v);
     else if (k == "--json")
@@ -164,8 +179,9 @@ int main(int argc, char** argv) {
     else
       return Usage(("unknown option " + k).c_str());
   }
-  if (a.clients < 1 || a.rounds < 2 || a.from_round < 1 || a.from_round >= a.rounds) {
-    return Usage("need --clients >= 1 and 1 <= --from-round < --rounds");
+  if (a.clients < 1 || a.rounds < 2 || a.from_round < 1 || a.from_round >= a.rounds ||
+      a.window < 1) {
+    return Usage("need --clients >= 1, 1 <= --from-round < --rounds and --window >= 1");
   }
 
   const int world = a.clients + 1;
@@ -207,14 +223,16 @@ int main(int argc, char** argv) {
     s.server_buffer_bytes = Buffer::LiveAllocatedBytes();
     for (const auto& [pid, name] : names) {
       s.rss[name] = RssBytes(pid);
+      s.rss_peak[name] = TakeRoundPeakBytes(pid);
       s.fds[name] = OpenFds(pid);
     }
     samples.push_back(std::move(s));
     if (samples.back().round % 10 == 0 || samples.back().round == 1) {
-      std::printf("round %3d: server buffers %.1fMB", samples.back().round,
+      std::printf("round %3d (RSS now/round peak): server buffers %.1fMB", samples.back().round,
                   static_cast<double>(samples.back().server_buffer_bytes) / 1e6);
       for (const auto& [name, rss] : samples.back().rss) {
-        std::printf("  %s %.1fMB/%dfd", name.c_str(), static_cast<double>(rss) / 1e6,
+        std::printf("  %s %.1f/%.1fMB/%dfd", name.c_str(), static_cast<double>(rss) / 1e6,
+                    static_cast<double>(samples.back().rss_peak[name]) / 1e6,
                     samples.back().fds[name]);
       }
       std::printf("\n");
@@ -238,34 +256,73 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  // Growth between round from_round and the last round.
-  const Sample* from = nullptr;
+  // Growth between round from_round and the last round. A process's RSS
+  // when a round ends moves by a few MB with whether that round's buffers
+  // were released yet, so each end is the median over a window of rounds
+  // (--window, from round from_round on and up to the last round); the
+  // single samples of those two rounds and each window's highest round
+  // peak (VmHWM) are reported beside it.
+  const int window = std::min(a.window, a.rounds - a.from_round + 1);
+  std::vector<const Sample*> head, tail;
   for (const Sample& s : samples) {
-    if (s.round == a.from_round) from = &s;
+    if (s.round >= a.from_round && s.round < a.from_round + window) head.push_back(&s);
+    if (s.round > samples.back().round - window) tail.push_back(&s);
   }
+  auto median = [](std::vector<const Sample*> w, const std::string& name) -> uint64_t {
+    if (w.empty()) return 0;
+    std::vector<uint64_t> v;
+    for (const Sample* s : w) v.push_back(s->rss.at(name));
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  auto highest_peak = [](const std::vector<const Sample*>& w, const std::string& name) {
+    uint64_t m = 0;
+    for (const Sample* s : w) m = std::max(m, s->rss_peak.at(name));
+    return m;
+  };
+  auto growth_of = [](uint64_t from_bytes, uint64_t last_bytes) {
+    return from_bytes ? (static_cast<double>(last_bytes) - static_cast<double>(from_bytes)) /
+                            static_cast<double>(from_bytes)
+                      : 0.0;
+  };
+  const Sample* from = head.empty() ? nullptr : head.front();
   const Sample& last = samples.back();
   bool failed = client_failures > 0 || below_quorum > 0 || from == nullptr;
-  std::printf("\n%-16s %12s %12s %9s %8s %8s\n", "process", "rss_from_MB", "rss_last_MB", "growth",
-              "fds_from", "fds_last");
+  std::printf(
+      "\nRSS in MB: rounds %d-%d against %d-%d (median; growth is what must stay "
+      "under %.0f%%), the single samples of rounds %d and %d, each window's highest "
+      "round peak\n",
+      a.from_round, a.from_round + window - 1, last.round - window + 1, last.round,
+      a.max_rss_growth * 100, a.from_round, last.round);
+  std::printf("%-14s %8s %8s %8s | %8s %8s %8s | %8s %8s %8s | %4s %4s\n", "process", "median",
+              "median", "growth", "single", "single", "growth", "peak", "peak", "growth", "fds",
+              "fds");
   std::ofstream out(a.json);
   out << "{\"benchmark\": \"soak\", \"backend\": \"" << a.backend << "\", \"tier\": \"" << a.tier
       << "\", \"clients\": " << a.clients << ", \"rounds\": " << a.rounds
-      << ", \"from_round\": " << a.from_round << ", \"seconds\": " << seconds
-      << ", \"client_failures\": " << client_failures
+      << ", \"from_round\": " << a.from_round << ", \"window\": " << window
+      << ", \"seconds\": " << seconds << ", \"client_failures\": " << client_failures
       << ", \"rounds_below_quorum\": " << below_quorum << ", \"growth\": {";
   bool first = true;
   for (const auto& [name, rss_last] : last.rss) {
+    const uint64_t med_from = median(head, name), med_last = median(tail, name);
     const uint64_t rss_from = from ? from->rss.at(name) : 0;
+    const uint64_t peak_from = highest_peak(head, name), peak_last = highest_peak(tail, name);
     const int fds_from = from ? from->fds.at(name) : 0;
     const int fds_last = last.fds.at(name);
-    const double growth =
-        rss_from ? (static_cast<double>(rss_last) - static_cast<double>(rss_from)) / rss_from : 0;
+    const double growth = growth_of(med_from, med_last);
     const bool bad = growth > a.max_rss_growth || fds_last > fds_from;
     failed = failed || bad;
-    std::printf("%-16s %12.1f %12.1f %8.2f%% %8d %8d%s\n", name.c_str(), rss_from / 1e6,
-                rss_last / 1e6, growth * 100, fds_from, fds_last, bad ? "  FAIL" : "");
-    out << (first ? "" : ", ") << "\"" << name << "\": {\"rss_from\": " << rss_from
-        << ", \"rss_last\": " << rss_last << ", \"rss_growth\": " << growth
+    std::printf(
+        "%-14s %8.1f %8.1f %7.2f%% | %8.1f %8.1f %7.2f%% | %8.1f %8.1f %7.2f%% | %4d %4d%s\n",
+        name.c_str(), med_from / 1e6, med_last / 1e6, growth * 100, rss_from / 1e6, rss_last / 1e6,
+        growth_of(rss_from, rss_last) * 100, peak_from / 1e6, peak_last / 1e6,
+        growth_of(peak_from, peak_last) * 100, fds_from, fds_last, bad ? "  FAIL" : "");
+    out << (first ? "" : ", ") << "\"" << name << "\": {\"rss_median_from\": " << med_from
+        << ", \"rss_median_last\": " << med_last << ", \"rss_growth\": " << growth
+        << ", \"rss_from\": " << rss_from << ", \"rss_last\": " << rss_last
+        << ", \"rss_single_growth\": " << growth_of(rss_from, rss_last)
+        << ", \"rss_peak_from\": " << peak_from << ", \"rss_peak_last\": " << peak_last
         << ", \"fds_from\": " << fds_from << ", \"fds_last\": " << fds_last << "}";
     first = false;
   }
@@ -275,6 +332,12 @@ int main(int argc, char** argv) {
         << ", \"server_buffer_bytes\": " << samples[i].server_buffer_bytes << ", \"rss\": {";
     bool f2 = true;
     for (const auto& [name, rss] : samples[i].rss) {
+      out << (f2 ? "" : ", ") << "\"" << name << "\": " << rss;
+      f2 = false;
+    }
+    out << "}, \"rss_peak\": {";
+    f2 = true;
+    for (const auto& [name, rss] : samples[i].rss_peak) {
       out << (f2 ? "" : ", ") << "\"" << name << "\": " << rss;
       f2 = false;
     }

@@ -1,6 +1,7 @@
 // The S3 client's request plumbing: endpoint, curl callbacks, signed
 // requests with retries.
 #include "s3/client_internal.h"
+#include "s3/curl_memory.h"
 
 namespace xsilo {
 
@@ -9,10 +10,7 @@ using namespace s3client;
 
 namespace s3client {
 
-void GlobalCurlInit() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
+void GlobalCurlInit() { InitCurlWithXsiloMemory(); }
 
 Result<Endpoint> ParseEndpoint(const std::string& url) {
   Endpoint e;
