@@ -365,11 +365,12 @@ struct S3Server::Impl {
   std::mutex uploads_mu;
   std::map<std::string, Upload> uploads;
   // Recently completed uploads, so that a retried Complete (its response
-  // lost) gets the same answer, as in S3, instead of NoSuchUpload.
+  // lost) gets the same answer, as in S3, instead of NoSuchUpload. A
+  // retry must name the same bucket, key and parts; they are kept as one
+  // 128-bit digest (CompletionDigest), so the 1024 entries stay near
+  // 100 KB however many parts each upload had.
   struct Completed {
-    std::string bucket;
-    std::string key;
-    std::vector<std::pair<int, std::string>> parts;  // as listed: number, unquoted ETag
+    XXH128_hash_t request;
     std::string etag;
   };
   static constexpr size_t kRememberedCompletions = 1024;
@@ -1207,6 +1208,30 @@ std::string S3Server::Impl::CompleteResultXml(const Ctx& c, const std::string& e
          s3::XmlEscape(etag) + "</ETag></CompleteMultipartUploadResult>";
 }
 
+namespace {
+
+// Bucket, key and the listed parts of a Complete request, as one digest.
+XXH128_hash_t CompletionDigest(const std::string& bucket, const std::string& key,
+                               const std::vector<std::pair<int, std::string>>& parts) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_128bits_reset(st);
+  auto add = [st](const void* p, size_t n) { XXH3_128bits_update(st, p, n); };
+  const uint64_t sizes[2] = {bucket.size(), key.size()};
+  add(sizes, sizeof(sizes));
+  add(bucket.data(), bucket.size());
+  add(key.data(), key.size());
+  for (const auto& [number, etag] : parts) {
+    const uint64_t head[2] = {static_cast<uint64_t>(number), etag.size()};
+    add(head, sizeof(head));
+    add(etag.data(), etag.size());
+  }
+  XXH128_hash_t h = XXH3_128bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+
+}  // namespace
+
 Status S3Server::Impl::CompleteUpload(Ctx& c) {
   const std::string& id = *c.Query("uploadId");
   XSILO_ASSIGN_OR_RETURN(Buffer body, ReadBody(c, kMaxXmlBody, nullptr));
@@ -1222,8 +1247,8 @@ Status S3Server::Impl::CompleteUpload(Ctx& c) {
     auto it = uploads.find(id);
     if (it == uploads.end() || it->second.bucket != c.bucket || it->second.key != c.key) {
       auto done = completed.find(id);
-      if (done != completed.end() && done->second.bucket == c.bucket && done->second.key == c.key &&
-          done->second.parts == listed) {
+      if (done != completed.end() &&
+          XXH128_isEqual(done->second.request, CompletionDigest(c.bucket, c.key, listed))) {
         SendXml(c, 200, CompleteResultXml(c, done->second.etag));
         return Status::OK();
       }
@@ -1271,7 +1296,7 @@ Status S3Server::Impl::CompleteUpload(Ctx& c) {
   XSILO_RETURN_IF_ERROR(store->Put(c.bucket, c.key, std::move(obj)));
   {
     std::lock_guard<std::mutex> lock(uploads_mu);
-    completed[id] = Completed{c.bucket, c.key, std::move(listed), etag};
+    completed[id] = Completed{CompletionDigest(c.bucket, c.key, listed), etag};
     completed_order.push_back(id);
     if (completed_order.size() > kRememberedCompletions) {
       completed.erase(completed_order.front());

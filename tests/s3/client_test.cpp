@@ -18,6 +18,8 @@
 #include <set>
 
 #include "s3/crypto.h"
+#include "s3/raw_http.h"
+#include "s3/xml.h"
 #include "transport/test_util.h"
 #include "xsilo/core/codec.h"
 #include "xsilo/core/tiers.h"
@@ -398,6 +400,40 @@ TEST_F(ClientTest, PresignedUrlsNeedNoCredentials) {
 
 // A multipart upload run by a party with no credentials: presigned part
 // URLs and a presigned completion, as the hybrid backends' upload grants.
+// A Complete retried after its answer was lost gets the same answer (as
+// in S3); a "retry" naming other parts, another key or another bucket does
+// not complete anything.
+TEST_F(ClientTest, ARetriedCompleteGetsTheSameAnswerAndNothingElseDoes) {
+  using s3::testing::RawExchange;
+  using s3::testing::SignedRequest;
+  auto id = client_->CreateMultipartUpload({"bkt", "mp/retried"});
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  auto part = client_->PresignUrl({.method = "PUT",
+                                   .bucket = "bkt",
+                                   .key = "mp/retried",
+                                   .query = {{"partNumber", "1"}, {"uploadId", *id}}});
+  ASSERT_TRUE(part.ok());
+  ASSERT_TRUE(HttpPutUrl(*part, Gather(Pattern(1000, 3))).ok());
+  auto parts = client_->ListParts({"bkt", "mp/retried"}, *id);
+  ASSERT_TRUE(parts.ok() && parts->size() == 1u);
+  const std::string etag = (*parts)[0].etag;
+  const int port = server_->port();
+  auto complete = [&](const std::string& key, const std::string& part_etag) {
+    return RawExchange(port, SignedRequest(port, "POST", "/bkt/" + key, "uploadId=" + *id,
+                                           CompleteMultipartXml({part_etag}), kAk, kSk));
+  };
+  auto first = complete("mp/retried", etag);
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto again = complete("mp/retried", etag);
+  EXPECT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(s3::XmlText(again.body, "ETag"), s3::XmlText(first.body, "ETag"));
+  auto other_parts = complete("mp/retried", "0123456789abcdef0123456789abcdef");
+  EXPECT_EQ(other_parts.status, 404) << other_parts.body;
+  EXPECT_NE(other_parts.body.find("NoSuchUpload"), std::string::npos) << other_parts.body;
+  EXPECT_EQ(complete("mp/other-key", etag).status, 404);
+  EXPECT_EQ(client_->HeadObject({"bkt", "mp/other-key"}).status().code(), StatusCode::kNotFound);
+}
+
 TEST_F(ClientTest, PresignedMultipartUploadNeedsNoCredentials) {
   auto id = client_->CreateMultipartUpload({"bkt", "mp/obj"});
   ASSERT_TRUE(id.ok()) << id.status().ToString();
