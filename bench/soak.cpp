@@ -20,6 +20,7 @@
 // last round), if any
 // process's descriptor count grows over the same span, or if a round
 // misses its quorum.
+#include <malloc.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -123,6 +124,7 @@ int RunClient(const std::string& backend, const std::string& tier, const std::st
 struct Sample {
   int round;
   uint64_t server_buffer_bytes = 0;          // xsilo Buffers alive in the server
+  uint64_t server_malloc_bytes = 0;          // bytes malloc has handed out and not got back
   std::map<std::string, uint64_t> rss;       // VmRSS when the round ended
   std::map<std::string, uint64_t> rss_peak;  // the peak VmRSS during the round (VmHWM)
   std::map<std::string, int> fds;
@@ -210,7 +212,17 @@ int main(int argc, char** argv) {
     names[pid] = "client-" + std::to_string(r);
   }
 
-  std::vector<Sample> samples;
+  // Every sample exists before the job starts, each map holding every
+  // process already, so that taking a sample allocates nothing in this
+  // process (the server), whose own heap is being measured.
+  Sample blank;
+  for (const auto& [pid, name] : names) {
+    blank.rss[name] = 0;
+    blank.rss_peak[name] = 0;
+    blank.fds[name] = 0;
+  }
+  std::vector<Sample> samples(static_cast<size_t>(a.rounds), blank);
+  size_t taken = 0;
   int below_quorum = 0;
   ServerOptions so;
   so.rounds = static_cast<uint64_t>(a.rounds);
@@ -218,22 +230,24 @@ int main(int argc, char** argv) {
   so.round_deadline = std::chrono::seconds(300);
   so.on_round = [&](const RoundReport& r) {
     if (!r.completed) ++below_quorum;
-    Sample s;
+    if (taken == samples.size()) return;
+    Sample& s = samples[taken++];
     s.round = static_cast<int>(r.round) + 1;
     s.server_buffer_bytes = Buffer::LiveAllocatedBytes();
+    const struct mallinfo2 mi = mallinfo2();
+    s.server_malloc_bytes = mi.uordblks + mi.hblkhd;
     for (const auto& [pid, name] : names) {
       s.rss[name] = RssBytes(pid);
       s.rss_peak[name] = TakeRoundPeakBytes(pid);
       s.fds[name] = OpenFds(pid);
     }
-    samples.push_back(std::move(s));
-    if (samples.back().round % 10 == 0 || samples.back().round == 1) {
-      std::printf("round %3d (RSS now/round peak): server buffers %.1fMB", samples.back().round,
-                  static_cast<double>(samples.back().server_buffer_bytes) / 1e6);
-      for (const auto& [name, rss] : samples.back().rss) {
+    if (s.round % 10 == 0 || s.round == 1) {
+      std::printf("round %3d (RSS now/round peak): server buffers %.1fMB malloc %.2fMB", s.round,
+                  static_cast<double>(s.server_buffer_bytes) / 1e6,
+                  static_cast<double>(s.server_malloc_bytes) / 1e6);
+      for (const auto& [name, rss] : s.rss) {
         std::printf("  %s %.1f/%.1fMB/%dfd", name.c_str(), static_cast<double>(rss) / 1e6,
-                    static_cast<double>(samples.back().rss_peak[name]) / 1e6,
-                    samples.back().fds[name]);
+                    static_cast<double>(s.rss_peak[name]) / 1e6, s.fds[name]);
       }
       std::printf("\n");
       std::fflush(stdout);
@@ -242,6 +256,7 @@ int main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   FedAvgServer fed(**server, so);
   auto job = fed.Run(std::move(initial).value());
+  samples.resize(taken);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   int client_failures = 0;
@@ -255,6 +270,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "soak: job failed: %s\n", job.status().ToString().c_str());
     return 1;
   }
+  if (samples.empty()) return Usage("the job finished without a round");
 
   // Growth between round from_round and the last round. A process's RSS
   // when a round ends moves by a few MB with whether that round's buffers
@@ -329,7 +345,8 @@ int main(int argc, char** argv) {
   out << "}, \"samples\": [";
   for (size_t i = 0; i < samples.size(); ++i) {
     out << (i ? ", " : "") << "{\"round\": " << samples[i].round
-        << ", \"server_buffer_bytes\": " << samples[i].server_buffer_bytes << ", \"rss\": {";
+        << ", \"server_buffer_bytes\": " << samples[i].server_buffer_bytes
+        << ", \"server_malloc_bytes\": " << samples[i].server_malloc_bytes << ", \"rss\": {";
     bool f2 = true;
     for (const auto& [name, rss] : samples[i].rss) {
       out << (f2 ? "" : ", ") << "\"" << name << "\": " << rss;
