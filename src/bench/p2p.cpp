@@ -33,6 +33,16 @@ namespace xsilo::bench {
 
 namespace {
 
+// "a:b:c" -> {"a", "b", "c"} (empty parts kept).
+std::vector<std::string> SplitCell(const std::string& s) {
+  std::vector<std::string> out;
+  size_t from = 0;
+  for (size_t colon; (colon = s.find(':', from)) != std::string::npos; from = colon + 1)
+    out.push_back(s.substr(from, colon - from));
+  out.push_back(s.substr(from));
+  return out;
+}
+
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -154,6 +164,24 @@ int RunP2p(P2pOptions a) {
     }
     extra_options[o.substr(0, colon)][o.substr(colon + 1, eq - colon - 1)] = o.substr(eq + 1);
   }
+  for (const auto& c : a.skip_cells) {
+    const auto parts = SplitCell(c);
+    if (parts.size() < 2 || parts.size() > 3 || !FindTier(parts[1]) ||
+        (parts.size() == 3 && !FindBackend(parts[2]))) {
+      std::cerr << "xsilo bench p2p: --skip '" << c
+                << "': expected ENV:TIER or ENV:TIER:BACKEND with a known tier and backend\n";
+      return 2;
+    }
+  }
+  auto skipped_cell = [&](const std::string& env, const std::string& tier,
+                          const std::string& backend) -> std::string {
+    for (const auto& c : a.skip_cells) {
+      const auto parts = SplitCell(c);
+      if (parts[0] == env && parts[1] == tier && (parts.size() == 2 || parts[2] == backend))
+        return c;
+    }
+    return "";
+  };
   for (const auto& b : backend_names) {
     if (!FindBackend(b)) {
       std::cerr << "xsilo bench p2p: unknown backend '" << b << "' (known: " << kP2pBackends
@@ -197,6 +225,7 @@ int RunP2p(P2pOptions a) {
                       {"dispatch_tier", a.dispatch_tier},
                       {"dispatch_envs", dispatch_envs},
                       {"backend_options", a.backend_options},
+                      {"skip_cells", a.skip_cells},
                       {"started_utc", UtcStamp()}};
   report["links"] = json::array();
   report["runs"] = json::array();
@@ -300,6 +329,10 @@ int RunP2p(P2pOptions a) {
           std::cout << "  " << std::left << std::setw(12) << bname << std::setw(8) << tier_name
                     << "not run: " << reason << "\n";
         };
+        if (const std::string c = skipped_cell(env, tier_name, bname); !c.empty()) {
+          skip("left out (--skip " + c + ")");
+          continue;
+        }
         if (b.needs_mpirun && !topology->loopback) {
           skip(
               "MPI ranks inside netem sites need mpirun with scripts/netns-rsh "

@@ -8,9 +8,9 @@ XSILO="$1"
 OUT="$(mktemp -d /tmp/xsilo-bench-test-XXXXXX)"
 trap 'rm -rf "$OUT"' EXIT
 
-"$XSILO" bench p2p --envs lan --tiers small --backends grpc,grpc+s3,mpi-buffer \
+"$XSILO" bench p2p --envs lan --tiers small,medium --backends grpc,grpc+s3,mpi-buffer \
   --repeats 2 --link-seconds 1 --broadcast-peers 2 --dispatch 1,3 --dispatch-tier small \
-  --out "$OUT"
+  --skip lan:medium --out "$OUT"
 
 MPI=0
 if command -v mpirun >/dev/null 2>&1; then MPI=1; fi
@@ -33,7 +33,12 @@ for x in runs:
     assert x["broadcast"]["peers"] == 2 and x["broadcast"]["peak_bytes"] > 0
     assert 0 <= x["serialization_share"] <= 1
     assert x["floor_ms"] > 0
-assert [n["backend"] for n in r["not_run"]] == ([] if mpi else ["mpi-buffer"]), r["not_run"]
+skipped = [n for n in r["not_run"] if n.get("tier") == "medium"]
+assert [n["backend"] for n in skipped] == ["grpc", "grpc+s3", "mpi-buffer"], r["not_run"]
+assert all("--skip lan:medium" in n["reason"] for n in skipped), skipped
+assert r["config"]["skip_cells"] == ["lan:medium"]
+others = [n for n in r["not_run"] if n.get("tier") != "medium"]
+assert [n["backend"] for n in others] == ([] if mpi else ["mpi-buffer"]), r["not_run"]
 assert len(r["links"]) == 1 and r["links"][0]["measured"] and r["links"][0]["single_MBps"] > 0
 rows = list(csv.DictReader(open(os.path.join(d, "p2p.csv"))))
 assert [(x["env"], x["tier"], x["backend"]) for x in rows] == [
@@ -45,7 +50,11 @@ rows = list(csv.DictReader(open(os.path.join(d, "links.csv"))))
 assert [x["env"] for x in rows] == ["lan"]
 print("bench_p2p_smoke: ok")
 PY
-# Unknown backends are refused before anything runs.
+# Unknown backends and malformed --skip cells are refused before anything runs.
+if "$XSILO" bench p2p --envs lan --skip lan:huge --out "$OUT/y" 2>/dev/null; then
+  echo "--skip with an unknown tier accepted" >&2
+  exit 1
+fi
 if "$XSILO" bench p2p --envs lan --backends nope --out "$OUT/x" 2>/dev/null; then
   echo "unknown backend accepted" >&2
   exit 1

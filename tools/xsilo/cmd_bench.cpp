@@ -51,6 +51,8 @@ void AddBenchCommand(CLI::App& app) {
   p2p->add_option("--backend-option", args->backend_options,
                   "NAME:KEY=VALUE added to a backend's options, e.g. grpc+s3:connections=32 "
                   "(repeatable)");
+  p2p->add_option("--skip", args->skip_cells,
+                  "ENV:TIER or ENV:TIER:BACKEND left out, e.g. ca-hk:large:grpc (repeatable)");
   p2p->callback([args, p2p] {
     for (const auto* opt : p2p->get_options())
       if (opt->count() > 0) args->explicit_flags.push_back(opt->get_name());

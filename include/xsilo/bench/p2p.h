@@ -47,6 +47,9 @@ struct P2pOptions {
   bool no_concurrency = false;
   // NAME:KEY=VALUE, added to backend NAME's options.
   std::vector<std::string> backend_options;
+  // ENV:TIER or ENV:TIER:BACKEND cells left out (recorded in not_run), e.g.
+  // ca-hk:large:grpc for a cell that would take tens of minutes.
+  std::vector<std::string> skip_cells;
   // The command-line flags given explicitly ("--envs", "--tiers", ...).
   std::vector<std::string> explicit_flags;
 };
