@@ -217,6 +217,7 @@ int RunP2p(P2pOptions a) {
                       {"tiers", SplitList(a.tiers)},
                       {"backends", backend_names},
                       {"repeats", a.repeats},
+                      {"passes", a.passes},
                       {"scale", a.scale},
                       {"quick", a.quick},
                       {"link_seconds", a.link_seconds},
@@ -321,192 +322,233 @@ int RunP2p(P2pOptions a) {
         return 2;
       }
       const uint64_t bytes = tier->parameters * 4;
-      for (const auto& bname : backend_names) {
-        const BackendSpec& b = *FindBackend(bname);
-        auto skip = [&](const std::string& reason) {
-          report["not_run"].push_back(
-              {{"env", env}, {"tier", tier_name}, {"backend", bname}, {"reason", reason}});
-          std::cout << "  " << std::left << std::setw(12) << bname << std::setw(8) << tier_name
-                    << "not run: " << reason << "\n";
-        };
-        if (const std::string c = skipped_cell(env, tier_name, bname); !c.empty()) {
-          skip("left out (--skip " + c + ")");
-          continue;
-        }
-        if (b.needs_mpirun && !topology->loopback) {
-          skip(
-              "MPI ranks inside netem sites need mpirun with scripts/netns-rsh "
-              "(docs/transport-mpi.md); not wired into bench p2p yet (lan only)");
-          continue;
-        }
-        if (b.needs_mpirun && std::system("command -v mpirun >/dev/null 2>&1") != 0) {
-          skip("mpirun (Open MPI) not on PATH");
-          continue;
-        }
-        if (b.loopback_only && !topology->loopback) {
-          skip(
-              "grpc mode=unary dials every rank at the server's host (port + rank); ranks "
-              "in separate sites are unreachable");
-          continue;
-        }
-        // MPI's viability is the launcher's; checked above.
-        Status viable =
-            b.needs_mpirun ? Status::OK() : TransportRegistry::Global().Viable(b.transport);
-        if (!viable.ok()) {
-          skip(viable.ToString());
-          continue;
-        }
-        std::cout << "[" << elapsed() << "] " << env << " " << tier_name << " " << bname << " ...\n"
-                  << std::flush;
-        const bool dispatch_here =
-            tier_name == a.dispatch_tier &&
-            std::find(dispatch_envs.begin(), dispatch_envs.end(), env) != dispatch_envs.end();
-        // --quick measures (b) on the small tier only.
-        const bool conc_here = !a.no_concurrency && !(a.quick && tier_name != "small");
-        const int conc = conc_here ? (tier_name == "large" ? 5 : 10) : 0;
-        PeerSpec spec;
-        spec.world = 2 + std::max(0, a.broadcast_peers - 1);
-        spec.address = server_addr + ":" + std::to_string(PickPort());
-        spec.transport = b.transport;
-        spec.options = b.options;
-        for (const auto& [k, v] : extra_options[bname]) spec.options[k] = v;
-        spec.prefix = topology->loopback ? "" : a.prefix;
-        spec.parameters = tier->parameters;
-        spec.repeats = a.repeats;
-        spec.concurrent = conc;
-        if (dispatch_here) spec.dispatch_points = dispatch_points;
-        spec.broadcast = a.broadcast_peers > 1;
-        spec.serializes = b.serializes;
-        spec.timeout_s = 120 + 4.0 * static_cast<double>(bytes) / (slow_MBps * 1e6);
-        spec.result = tmpdir + "/result.json";
-        fs::remove(spec.result, ec);
-        // The peers' stderr, kept with the results.
-        fs::create_directories(a.out + "/logs", ec);
-        const std::string log = a.out + "/logs/" + env + "-" + tier_name + "-" + bname + ".log";
-        fs::remove(log, ec);
-        // The sender's model, the receiver's copy, and as much again for
-        // the kernel's and the transport's buffers; at most 4 GiB.
-        WarmMemory(std::min<uint64_t>(3 * bytes + (256ull << 20), 4ull << 30));
-        const auto run_started = Clock::now();
-        std::vector<pid_t> pids;
-        Status spawn_status;
-        if (b.needs_mpirun) {
-          PeerSpec p = spec;
-          p.role = "sender";  // each rank takes its own from OMPI_COMM_WORLD_RANK
-          auto pid = SpawnMpiPeers(p, log);
-          if (pid.ok())
+      // Where each backend's run of this cell sits in report["runs"] (the
+      // first pass's; later passes add their samples to it).
+      std::map<std::string, size_t> cell_runs;
+      for (int pass = 0; pass < a.passes; ++pass)
+        for (const auto& bname : backend_names) {
+          const BackendSpec& b = *FindBackend(bname);
+          auto skip = [&](const std::string& reason) {
+            if (pass > 0) return;  // recorded once
+            report["not_run"].push_back(
+                {{"env", env}, {"tier", tier_name}, {"backend", bname}, {"reason", reason}});
+            std::cout << "  " << std::left << std::setw(12) << bname << std::setw(8) << tier_name
+                      << "not run: " << reason << "\n";
+          };
+          if (const std::string c = skipped_cell(env, tier_name, bname); !c.empty()) {
+            skip("left out (--skip " + c + ")");
+            continue;
+          }
+          if (b.needs_mpirun && !topology->loopback) {
+            skip(
+                "MPI ranks inside netem sites need mpirun with scripts/netns-rsh "
+                "(docs/transport-mpi.md); not wired into bench p2p yet (lan only)");
+            continue;
+          }
+          if (b.needs_mpirun && std::system("command -v mpirun >/dev/null 2>&1") != 0) {
+            skip("mpirun (Open MPI) not on PATH");
+            continue;
+          }
+          if (b.loopback_only && !topology->loopback) {
+            skip(
+                "grpc mode=unary dials every rank at the server's host (port + rank); ranks "
+                "in separate sites are unreachable");
+            continue;
+          }
+          // MPI's viability is the launcher's; checked above.
+          Status viable =
+              b.needs_mpirun ? Status::OK() : TransportRegistry::Global().Viable(b.transport);
+          if (!viable.ok()) {
+            skip(viable.ToString());
+            continue;
+          }
+          std::cout << "[" << elapsed() << "] " << env << " " << tier_name << " " << bname
+                    << (a.passes > 1 ? " (pass " + std::to_string(pass + 1) + ")" : "") << " ...\n"
+                    << std::flush;
+          const bool dispatch_here =
+              pass == 0 && tier_name == a.dispatch_tier &&
+              std::find(dispatch_envs.begin(), dispatch_envs.end(), env) != dispatch_envs.end();
+          // --quick measures (b) on the small tier only.
+          const bool conc_here =
+              pass == 0 && !a.no_concurrency && !(a.quick && tier_name != "small");
+          const int conc = conc_here ? (tier_name == "large" ? 5 : 10) : 0;
+          PeerSpec spec;
+          spec.world = 2 + std::max(0, a.broadcast_peers - 1);
+          spec.address = server_addr + ":" + std::to_string(PickPort());
+          spec.transport = b.transport;
+          spec.options = b.options;
+          for (const auto& [k, v] : extra_options[bname]) spec.options[k] = v;
+          spec.prefix = topology->loopback ? "" : a.prefix;
+          spec.parameters = tier->parameters;
+          spec.repeats = a.repeats;
+          spec.concurrent = conc;
+          if (dispatch_here) spec.dispatch_points = dispatch_points;
+          spec.broadcast = pass == 0 && a.broadcast_peers > 1;
+          spec.serializes = b.serializes;
+          spec.timeout_s = 120 + 4.0 * static_cast<double>(bytes) / (slow_MBps * 1e6);
+          spec.result = tmpdir + "/result.json";
+          fs::remove(spec.result, ec);
+          // The peers' stderr, kept with the results.
+          fs::create_directories(a.out + "/logs", ec);
+          const std::string log = a.out + "/logs/" + env + "-" + tier_name + "-" + bname +
+                                  (pass > 0 ? "-pass" + std::to_string(pass + 1) : "") + ".log";
+          fs::remove(log, ec);
+          // The sender's model, the receiver's copy, and as much again for
+          // the kernel's and the transport's buffers; at most 4 GiB.
+          WarmMemory(std::min<uint64_t>(3 * bytes + (256ull << 20), 4ull << 30));
+          const auto run_started = Clock::now();
+          std::vector<pid_t> pids;
+          Status spawn_status;
+          if (b.needs_mpirun) {
+            PeerSpec p = spec;
+            p.role = "sender";  // each rank takes its own from OMPI_COMM_WORLD_RANK
+            auto pid = SpawnMpiPeers(p, log);
+            if (pid.ok())
+              pids.push_back(*pid);
+            else
+              spawn_status = pid.status();
+          }
+          for (int r = 0; r < spec.world && spawn_status.ok() && !b.needs_mpirun; ++r) {
+            PeerSpec p = spec;
+            p.rank = r;
+            p.role = r == 0 ? "sender" : "receiver";
+            p.site = topology->loopback ? "" : (r == 0 ? "server" : "client1");
+            auto pid = SpawnPeer(p, log);
+            if (!pid.ok()) {
+              spawn_status = pid.status();
+              break;
+            }
             pids.push_back(*pid);
-          else
-            spawn_status = pid.status();
-        }
-        for (int r = 0; r < spec.world && spawn_status.ok() && !b.needs_mpirun; ++r) {
-          PeerSpec p = spec;
-          p.rank = r;
-          p.role = r == 0 ? "sender" : "receiver";
-          p.site = topology->loopback ? "" : (r == 0 ? "server" : "client1");
-          auto pid = SpawnPeer(p, log);
-          if (!pid.ok()) {
-            spawn_status = pid.status();
-            break;
-          }
-          pids.push_back(*pid);
-          if (r == 0) {
-            // Receivers dial only once the sender listens: a refused first
-            // connection would put gRPC's reconnect backoff (seconds to a
-            // minute) into the measurement's setup.
-            const int port = std::stoi(spec.address.substr(spec.address.rfind(':') + 1));
-            const auto until = Clock::now() + std::chrono::seconds(60);
-            while (!netem::Listening(*pid, static_cast<uint16_t>(port)) && Clock::now() < until &&
-                   !Exited(*pid))
-              std::this_thread::sleep_for(std::chrono::milliseconds(20));
-          }
-        }
-        // Whole-run budget: every message the sender sends, at the slow rate, x4.
-        double messages = 1 + a.repeats + 2.0 * conc + spec.world;
-        for (int n : spec.dispatch_points) messages += n;
-        const double budget_s =
-            300 + 4.0 * messages * static_cast<double>(bytes) / (slow_MBps * 1e6);
-        bool timed_out = false;
-        int failed = WaitPeers(pids, Clock::now() + Seconds(budget_s), &timed_out);
-        ParkIfStopping();
-        json run = {{"env", env},
-                    {"tier", tier_name},
-                    {"backend", bname},
-                    {"transport", b.transport},
-                    {"options", spec.options},
-                    {"bytes", bytes},
-                    {"parameters", tier->parameters}};
-        json result;
-        {
-          std::ifstream in(spec.result);
-          if (in) {
-            try {
-              in >> result;
-            } catch (...) {
+            if (r == 0) {
+              // Receivers dial only once the sender listens: a refused first
+              // connection would put gRPC's reconnect backoff (seconds to a
+              // minute) into the measurement's setup.
+              const int port = std::stoi(spec.address.substr(spec.address.rfind(':') + 1));
+              const auto until = Clock::now() + std::chrono::seconds(60);
+              while (!netem::Listening(*pid, static_cast<uint16_t>(port)) && Clock::now() < until &&
+                     !Exited(*pid))
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
             }
           }
-        }
-        std::string error;
-        if (!spawn_status.ok()) error = spawn_status.ToString();
-        if (timed_out) error = "timed out after " + Fixed(budget_s, 0) + " s";
-        if (error.empty() && result.is_object() && !result.value("ok", false))
-          error = result.value("error", "sender failed");
-        if (error.empty() && (failed > 0 || !result.is_object()))
-          error = std::to_string(failed) + " peer process(es) failed";
-        if (!error.empty()) {
-          std::ifstream in(log);
-          std::stringstream tail;
-          tail << in.rdbuf();
-          std::string t = tail.str();
-          if (t.size() > 2000) t = t.substr(t.size() - 2000);
-          run["error"] = error;
-          run["peer_log_tail"] = t;
-          std::cout << "  FAILED: " << error << "\n" << t << "\n";
-          ++failures;
+          // Whole-run budget: every message the sender sends, at the slow rate, x4.
+          double messages = 1 + a.repeats + 2.0 * conc + spec.world;
+          for (int n : spec.dispatch_points) messages += n;
+          const double budget_s =
+              300 + 4.0 * messages * static_cast<double>(bytes) / (slow_MBps * 1e6);
+          bool timed_out = false;
+          int failed = WaitPeers(pids, Clock::now() + Seconds(budget_s), &timed_out);
+          ParkIfStopping();
+          json run = {{"env", env},
+                      {"tier", tier_name},
+                      {"backend", bname},
+                      {"transport", b.transport},
+                      {"options", spec.options},
+                      {"bytes", bytes},
+                      {"parameters", tier->parameters}};
+          json result;
+          {
+            std::ifstream in(spec.result);
+            if (in) {
+              try {
+                in >> result;
+              } catch (...) {
+              }
+            }
+          }
+          std::string error;
+          if (!spawn_status.ok()) error = spawn_status.ToString();
+          if (timed_out) error = "timed out after " + Fixed(budget_s, 0) + " s";
+          if (error.empty() && result.is_object() && !result.value("ok", false))
+            error = result.value("error", "sender failed");
+          if (error.empty() && (failed > 0 || !result.is_object()))
+            error = std::to_string(failed) + " peer process(es) failed";
+          if (!error.empty()) {
+            std::ifstream in(log);
+            std::stringstream tail;
+            tail << in.rdbuf();
+            std::string t = tail.str();
+            if (t.size() > 2000) t = t.substr(t.size() - 2000);
+            run["error"] = error;
+            run["peer_log_tail"] = t;
+            std::cout << "  FAILED: " << error << "\n" << t << "\n";
+            ++failures;
+            report["runs"].push_back(run);
+            continue;
+          }
+          std::vector<double> lat = result.value("latency_ms", std::vector<double>{});
+          std::vector<double> dl = result.value("delivery_ms", std::vector<double>{});
+          const double pass_median = Median(lat);
+          if (auto it = cell_runs.find(bname); it != cell_runs.end()) {
+            // A later pass: its samples join the first pass's run.
+            json& first = report["runs"][it->second];
+            for (double v : lat) first["latency_ms"].push_back(v);
+            if (first.contains("delivery_ms"))
+              for (double v : dl) first["delivery_ms"].push_back(v);
+            first["pass_medians_ms"].push_back(pass_median);
+            first["wall_s"] = first["wall_s"].get<double>() +
+                              std::chrono::duration<double>(Clock::now() - run_started).count();
+            if (result.contains("route")) first["route"] = result["route"];
+            lat = first["latency_ms"].get<std::vector<double>>();
+            dl = first.value("delivery_ms", std::vector<double>{});
+            first["latency_median_ms"] = Median(lat);
+            first["latency_p95_ms"] = Percentile(lat, 95);
+            if (!dl.empty()) first["delivery_median_ms"] = Median(dl);
+            const double codec =
+                first["encode_ms"].get<double>() + first["decode_ms"].get<double>();
+            first["serialization_share"] = Median(lat) > 0 ? std::min(1.0, codec / Median(lat)) : 0;
+            if (first.contains("floor_ms")) {
+              const double floor_ms = first["floor_ms"].get<double>();
+              first["over_floor"] = Median(lat) / floor_ms;
+              if (!dl.empty()) first["delivery_over_floor"] = Median(dl) / floor_ms;
+            }
+            std::cout << "  " << std::left << std::setw(12) << bname << std::setw(8) << tier_name
+                      << std::right << " pass " << pass + 1 << ": latency " << Fixed(pass_median, 1)
+                      << " ms; all passes " << Fixed(Median(lat), 1) << " ms\n"
+                      << std::flush;
+            continue;
+          }
+          run["latency_ms"] = lat;
+          run["pass_medians_ms"] = json::array({pass_median});
+          run["latency_median_ms"] = Median(lat);
+          run["latency_p95_ms"] = Percentile(lat, 95);
+          if (!dl.empty()) {
+            run["delivery_ms"] = dl;
+            run["delivery_median_ms"] = Median(dl);
+          }
+          if (result.contains("concurrency")) run["concurrency"] = result["concurrency"];
+          if (result.contains("route")) run["route"] = result["route"];  // auto+s3's last choice
+          run["dispatch"] = result.value("dispatch", json::array());
+          if (result.contains("broadcast")) run["broadcast"] = result["broadcast"];
+          run["phases_s"] = result.value("phases_s", json::object());
+          run["wall_s"] = std::chrono::duration<double>(Clock::now() - run_started).count();
+          const double codec_ms = result.value("encode_ms", 0.0) + result.value("decode_ms", 0.0);
+          run["encode_ms"] = result.value("encode_ms", 0.0);
+          run["decode_ms"] = result.value("decode_ms", 0.0);
+          run["serializes"] = b.serializes;
+          run["serialization_share"] = Median(lat) > 0 ? std::min(1.0, codec_ms / Median(lat)) : 0;
+          if (link.measured && link.multi_MBps > 0) {
+            const double floor_ms = FloorMs(link, bytes);
+            run["floor_ms"] = floor_ms;
+            run["over_floor"] = Median(lat) / floor_ms;
+            if (!dl.empty()) run["delivery_over_floor"] = Median(dl) / floor_ms;
+          }
+          std::cout << "  " << std::left << std::setw(12) << bname << std::setw(8) << tier_name
+                    << std::right << " latency " << Fixed(Median(lat), 1) << " ms (p95 "
+                    << Fixed(Percentile(lat, 95), 1) << ")";
+          if (!dl.empty()) std::cout << ", delivered " << Fixed(Median(dl), 1) << " ms";
+          if (run.contains("floor_ms"))
+            std::cout << ", floor " << Fixed(run["floor_ms"].get<double>(), 1) << " ms";
+          if (run.contains("concurrency"))
+            std::cout << ", speedup x" << Fixed(run["concurrency"]["speedup"].get<double>(), 2);
+          if (run.contains("broadcast"))
+            std::cout << ", bcast peak "
+                      << Fixed(run["broadcast"]["peak_bytes"].get<double>() / 1e6, 0) << " MB";
+          std::cout << ", codec " << Fixed(100 * run["serialization_share"].get<double>(), 0)
+                    << "%\n"
+                    << std::flush;
+          cell_runs[bname] = report["runs"].size();
           report["runs"].push_back(run);
-          continue;
         }
-        std::vector<double> lat = result.value("latency_ms", std::vector<double>{});
-        run["latency_ms"] = lat;
-        run["latency_median_ms"] = Median(lat);
-        run["latency_p95_ms"] = Percentile(lat, 95);
-        std::vector<double> dl = result.value("delivery_ms", std::vector<double>{});
-        if (!dl.empty()) {
-          run["delivery_ms"] = dl;
-          run["delivery_median_ms"] = Median(dl);
-        }
-        if (result.contains("concurrency")) run["concurrency"] = result["concurrency"];
-        if (result.contains("route")) run["route"] = result["route"];  // auto+s3's last choice
-        run["dispatch"] = result.value("dispatch", json::array());
-        if (result.contains("broadcast")) run["broadcast"] = result["broadcast"];
-        run["phases_s"] = result.value("phases_s", json::object());
-        run["wall_s"] = std::chrono::duration<double>(Clock::now() - run_started).count();
-        const double codec_ms = result.value("encode_ms", 0.0) + result.value("decode_ms", 0.0);
-        run["encode_ms"] = result.value("encode_ms", 0.0);
-        run["decode_ms"] = result.value("decode_ms", 0.0);
-        run["serializes"] = b.serializes;
-        run["serialization_share"] = Median(lat) > 0 ? std::min(1.0, codec_ms / Median(lat)) : 0;
-        if (link.measured && link.multi_MBps > 0) {
-          const double floor_ms = FloorMs(link, bytes);
-          run["floor_ms"] = floor_ms;
-          run["over_floor"] = Median(lat) / floor_ms;
-          if (!dl.empty()) run["delivery_over_floor"] = Median(dl) / floor_ms;
-        }
-        std::cout << "  " << std::left << std::setw(12) << bname << std::setw(8) << tier_name
-                  << std::right << " latency " << Fixed(Median(lat), 1) << " ms (p95 "
-                  << Fixed(Percentile(lat, 95), 1) << ")";
-        if (!dl.empty()) std::cout << ", delivered " << Fixed(Median(dl), 1) << " ms";
-        if (run.contains("floor_ms"))
-          std::cout << ", floor " << Fixed(run["floor_ms"].get<double>(), 1) << " ms";
-        if (run.contains("concurrency"))
-          std::cout << ", speedup x" << Fixed(run["concurrency"]["speedup"].get<double>(), 2);
-        if (run.contains("broadcast"))
-          std::cout << ", bcast peak "
-                    << Fixed(run["broadcast"]["peak_bytes"].get<double>() / 1e6, 0) << " MB";
-        std::cout << ", codec " << Fixed(100 * run["serialization_share"].get<double>(), 0) << "%\n"
-                  << std::flush;
-        report["runs"].push_back(run);
-      }
     }
     if (!topology->loopback) {
       Status s = netem::Down(nopt);

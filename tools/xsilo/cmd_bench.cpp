@@ -47,6 +47,11 @@ void AddBenchCommand(CLI::App& app) {
       ->capture_default_str();
   p2p->add_option("--dispatch-envs", args->dispatch_envs, "Environments of Figure 2")
       ->capture_default_str();
+  p2p->add_option("--passes", args->passes,
+                  "Passes over each cell's backends, latencies pooled (slow spells of the "
+                  "machine then fall on every backend alike)")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   p2p->add_flag("--no-concurrency", args->no_concurrency, "Skip the 10-send speedup (b)");
   p2p->add_option("--backend-option", args->backend_options,
                   "NAME:KEY=VALUE added to a backend's options, e.g. grpc+s3:connections=32 "

@@ -25,6 +25,13 @@ struct P2pOptions {
   std::string backends = kP2pBackends;
   // Timed sends per latency point (after one warm-up send).
   int repeats = 5;
+  // Passes over a cell's backends: each pass runs every backend once more
+  // (fresh processes, `repeats` more timed sends), in the same order, and
+  // the latency samples of all passes are pooled. With several passes the
+  // machine's slow spells fall on every backend alike instead of on the
+  // one that happened to run then. (b), Figure 2 and the broadcast are
+  // measured in the first pass only.
+  int passes = 1;
   // netem bandwidth scale (not lan).
   double scale = 0.1;
   // The quick preset: lan,ca-hk; small+medium (+big on lan); (b) on small
