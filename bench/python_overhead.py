@@ -253,6 +253,8 @@ def main():
     ap.add_argument("--s3-endpoint", default="")
     ap.add_argument("--s3-keys", default="")
     args = ap.parse_args()
+    if args.rounds < 1 or args.cycles < 1:
+        ap.error("--rounds and --cycles must be at least 1")
     torch.set_num_threads(1)
 
     if args.role == "xsilo-receiver":

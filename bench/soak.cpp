@@ -70,7 +70,16 @@ uint64_t RssBytes(pid_t pid) { return bench::StatusBytes(std::to_string(pid), "V
 // current RSS through clear_refs), so each round has the OS's own peak.
 uint64_t TakeRoundPeakBytes(pid_t pid) {
   const uint64_t peak = bench::StatusBytes(std::to_string(pid), "VmHWM");
-  bench::ResetPeakRss(std::to_string(pid));
+  if (!bench::ResetPeakRss(std::to_string(pid))) {
+    static bool warned = false;
+    if (!warned) {
+      std::fprintf(stderr,
+                   "soak: cannot reset the peak RSS of pid %d (clear_refs): the round peaks are "
+                   "peaks since the process started\n",
+                   static_cast<int>(pid));
+      warned = true;
+    }
+  }
   return peak;
 }
 
@@ -213,8 +222,9 @@ int main(int argc, char** argv) {
   }
 
   // Every sample exists before the job starts, each map holding every
-  // process already, so that taking a sample allocates nothing in this
-  // process (the server), whose own heap is being measured.
+  // process already, so that taking a sample leaves nothing allocated in
+  // this process (the server), whose own heap is being measured (reading
+  // /proc allocates a few short-lived strings and streams, freed at once).
   Sample blank;
   for (const auto& [pid, name] : names) {
     blank.rss[name] = 0;
@@ -278,7 +288,8 @@ int main(int argc, char** argv) {
   // (--window, from round from_round on and up to the last round); the
   // single samples of those two rounds and each window's highest round
   // peak (VmHWM) are reported beside it.
-  const int window = std::min(a.window, a.rounds - a.from_round + 1);
+  // The two windows never share a round.
+  const int window = std::max(1, std::min(a.window, (a.rounds - a.from_round + 1) / 2));
   std::vector<const Sample*> head, tail;
   for (const Sample& s : samples) {
     if (s.round >= a.from_round && s.round < a.from_round + window) head.push_back(&s);

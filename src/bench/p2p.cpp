@@ -15,6 +15,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -166,10 +167,15 @@ int RunP2p(P2pOptions a) {
   }
   for (const auto& c : a.skip_cells) {
     const auto parts = SplitCell(c);
-    if (parts.size() < 2 || parts.size() > 3 || !FindTier(parts[1]) ||
+    const auto envs_known = netem::Environments();
+    const bool env_known =
+        parts.size() >= 2 && envs_known.ok() &&
+        std::find(envs_known->begin(), envs_known->end(), parts[0]) != envs_known->end();
+    if (parts.size() < 2 || parts.size() > 3 || !env_known || !FindTier(parts[1]) ||
         (parts.size() == 3 && !FindBackend(parts[2]))) {
       std::cerr << "xsilo bench p2p: --skip '" << c
-                << "': expected ENV:TIER or ENV:TIER:BACKEND with a known tier and backend\n";
+                << "': expected ENV:TIER or ENV:TIER:BACKEND with a known environment, tier "
+                   "and backend\n";
       return 2;
     }
   }
@@ -325,8 +331,12 @@ int RunP2p(P2pOptions a) {
       // Where each backend's run of this cell sits in report["runs"] (the
       // first pass's; later passes add their samples to it).
       std::map<std::string, size_t> cell_runs;
+      // Backends whose first pass failed: their failure is the cell's row,
+      // and they get no further passes.
+      std::set<std::string> cell_failed;
       for (int pass = 0; pass < a.passes; ++pass)
         for (const auto& bname : backend_names) {
+          if (cell_failed.count(bname)) continue;
           const BackendSpec& b = *FindBackend(bname);
           auto skip = [&](const std::string& reason) {
             if (pass > 0) return;  // recorded once
@@ -472,7 +482,15 @@ int RunP2p(P2pOptions a) {
             run["peer_log_tail"] = t;
             std::cout << "  FAILED: " << error << "\n" << t << "\n";
             ++failures;
-            report["runs"].push_back(run);
+            if (auto it = cell_runs.find(bname); it != cell_runs.end()) {
+              // A later pass failed: the run keeps the passes that worked
+              // and says which one did not.
+              report["runs"][it->second]["failed_passes"].push_back(
+                  {{"pass", pass + 1}, {"error", error}, {"peer_log_tail", t}});
+            } else {
+              cell_failed.insert(bname);
+              report["runs"].push_back(run);
+            }
             continue;
           }
           std::vector<double> lat = result.value("latency_ms", std::vector<double>{});

@@ -98,6 +98,8 @@ void* AllocateLarge(size_t total) {
     if (base == MAP_FAILED) {
       std::lock_guard<std::mutex> lock(c.mu);
       c.stats.live_large_bytes -= length;
+      --c.stats.large_allocations;
+      --c.stats.large_maps;
       return nullptr;
     }
     static_cast<Header*>(base)->mapping = length;

@@ -1213,21 +1213,19 @@ namespace {
 // Bucket, key and the listed parts of a Complete request, as one digest.
 XXH128_hash_t CompletionDigest(const std::string& bucket, const std::string& key,
                                const std::vector<std::pair<int, std::string>>& parts) {
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_128bits_reset(st);
-  auto add = [st](const void* p, size_t n) { XXH3_128bits_update(st, p, n); };
-  const uint64_t sizes[2] = {bucket.size(), key.size()};
-  add(sizes, sizeof(sizes));
-  add(bucket.data(), bucket.size());
-  add(key.data(), key.size());
+  // Lengths before contents, so that no two requests spell the same bytes.
+  std::string bytes;
+  auto add_u64 = [&bytes](uint64_t v) { bytes.append(reinterpret_cast<const char*>(&v), 8); };
+  add_u64(bucket.size());
+  bytes += bucket;
+  add_u64(key.size());
+  bytes += key;
   for (const auto& [number, etag] : parts) {
-    const uint64_t head[2] = {static_cast<uint64_t>(number), etag.size()};
-    add(head, sizeof(head));
-    add(etag.data(), etag.size());
+    add_u64(static_cast<uint64_t>(number));
+    add_u64(etag.size());
+    bytes += etag;
   }
-  XXH128_hash_t h = XXH3_128bits_digest(st);
-  XXH3_freeState(st);
-  return h;
+  return XXH3_128bits(bytes.data(), bytes.size());
 }
 
 }  // namespace

@@ -15,7 +15,7 @@ trap 'rm -rf "$OUT"' EXIT
 MPI=0
 if command -v mpirun >/dev/null 2>&1; then MPI=1; fi
 python3 - "$OUT" "$MPI" <<'PY'
-import csv, json, os, sys
+import csv, json, os, statistics, sys
 d = sys.argv[1]
 mpi = sys.argv[2] == "1"
 r = json.load(open(os.path.join(d, "p2p.json")))
@@ -28,7 +28,8 @@ for x in runs:
     # 2 passes of 2 timed sends, pooled; (b) and Figure 2 from the first pass.
     assert len(x["latency_ms"]) == 4 and all(v > 0 for v in x["latency_ms"])
     assert len(x["pass_medians_ms"]) == 2
-    assert min(x["pass_medians_ms"]) <= x["latency_median_ms"] <= max(x["pass_medians_ms"])
+    assert abs(x["latency_median_ms"] - statistics.median(x["latency_ms"])) < 1e-9, x
+    assert x["latency_p95_ms"] >= x["latency_median_ms"]
     assert x["latency_p95_ms"] >= x["latency_median_ms"] > 0
     assert x["concurrency"]["n"] == 10 and x["concurrency"]["speedup"] > 0
     assert [p["n"] for p in x["dispatch"]] == [1, 3]
@@ -54,10 +55,16 @@ assert [x["env"] for x in rows] == ["lan"]
 print("bench_p2p_smoke: ok")
 PY
 # Unknown backends and malformed --skip cells are refused before anything runs.
-if "$XSILO" bench p2p --envs lan --skip lan:huge --out "$OUT/y" 2>/dev/null; then
-  echo "--skip with an unknown tier accepted" >&2
-  exit 1
-fi
+for cell in lan:huge lann:small lan:small:nope lan; do
+  if "$XSILO" bench p2p --envs lan --skip "$cell" --out "$OUT/y" 2>"$OUT/skip.err"; then
+    echo "--skip $cell accepted" >&2
+    exit 1
+  fi
+  grep -q "expected ENV:TIER or ENV:TIER:BACKEND" "$OUT/skip.err" || {
+    cat "$OUT/skip.err" >&2
+    exit 1
+  }
+done
 if "$XSILO" bench p2p --envs lan --backends nope --out "$OUT/x" 2>/dev/null; then
   echo "unknown backend accepted" >&2
   exit 1

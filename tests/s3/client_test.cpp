@@ -398,11 +398,9 @@ TEST_F(ClientTest, PresignedUrlsNeedNoCredentials) {
   EXPECT_EQ(code, "403");
 }
 
-// A multipart upload run by a party with no credentials: presigned part
-// URLs and a presigned completion, as the hybrid backends' upload grants.
 // A Complete retried after its answer was lost gets the same answer (as
-// in S3); a "retry" naming other parts, another key or another bucket does
-// not complete anything.
+// in S3); a "retry" naming other parts or another key does not complete
+// anything.
 TEST_F(ClientTest, ARetriedCompleteGetsTheSameAnswerAndNothingElseDoes) {
   using s3::testing::RawExchange;
   using s3::testing::SignedRequest;
@@ -434,6 +432,8 @@ TEST_F(ClientTest, ARetriedCompleteGetsTheSameAnswerAndNothingElseDoes) {
   EXPECT_EQ(client_->HeadObject({"bkt", "mp/other-key"}).status().code(), StatusCode::kNotFound);
 }
 
+// A multipart upload run by a party with no credentials: presigned part
+// URLs and a presigned completion, as the hybrid backends' upload grants.
 TEST_F(ClientTest, PresignedMultipartUploadNeedsNoCredentials) {
   auto id = client_->CreateMultipartUpload({"bkt", "mp/obj"});
   ASSERT_TRUE(id.ok()) << id.status().ToString();
