@@ -203,6 +203,10 @@ void* CurlCalloc(size_t count, size_t size) {
 void InitCurlWithXsiloMemory() {
   static std::once_flag once;
   std::call_once(once, [] {
+    if (kCurlMemoryUnderSanitizer) {
+      curl_global_init(CURL_GLOBAL_DEFAULT);
+      return;
+    }
     curl_global_init_mem(CURL_GLOBAL_DEFAULT, CurlMalloc, CurlFree, CurlRealloc, CurlStrdup,
                          CurlCalloc);
     // curl_global_init_mem only counts a second call and keeps the first

@@ -17,6 +17,20 @@
 
 namespace xsilo::s3client {
 
+// Under AddressSanitizer curl keeps malloc, so that ASan and LSan see its
+// buffers (overflows, use after free, leaks) instead of raw mappings.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kCurlMemoryUnderSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kCurlMemoryUnderSanitizer = true;
+#else
+inline constexpr bool kCurlMemoryUnderSanitizer = false;
+#endif
+#else
+inline constexpr bool kCurlMemoryUnderSanitizer = false;
+#endif
+
 // Blocks from this size up are mappings of their own.
 inline constexpr size_t kLargeBlock = 128 * 1024;
 // At most this many bytes of unused large blocks are kept for reuse;
@@ -27,7 +41,8 @@ inline constexpr int kCachedBlockAgeSeconds = 30;
 
 // curl_global_init_mem with the functions below, once per process. If the
 // process initialised curl before (another library), curl keeps its own
-// memory functions and these are not used (CurlMemoryInstalled() false).
+// memory functions and these are not used (CurlMemoryInstalled() false);
+// likewise under AddressSanitizer (kCurlMemoryUnderSanitizer).
 void InitCurlWithXsiloMemory();
 bool CurlMemoryInstalled();
 
