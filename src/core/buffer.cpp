@@ -1,5 +1,7 @@
 #include "xsilo/core/buffer.h"
 
+#include "core/mapping_cache.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -29,40 +31,9 @@ void AddLive(uint64_t n) {
 }  // namespace
 
 struct BufferPool::State {
-  struct Idle {
-    void* base;
-    uint64_t length;
-    std::chrono::steady_clock::time_point since;
-  };
-  uint64_t max_idle_bytes = 0;
-  std::chrono::steady_clock::duration max_idle_age{};
-  mutable std::mutex mu;
-  std::vector<Idle> idle;  // oldest first
-  uint64_t idle_bytes = 0;
-
-  ~State() {
-    for (const Idle& i : idle) munmap(i.base, i.length);
-  }
-
-  // Keeps the mapping for reuse, making room by unmapping the oldest.
-  void Return(void* base, uint64_t length) {
-    std::vector<Idle> drop;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (length > max_idle_bytes) {
-        drop.push_back({base, length, {}});
-      } else {
-        while (idle_bytes + length > max_idle_bytes) {
-          idle_bytes -= idle.front().length;
-          drop.push_back(idle.front());
-          idle.erase(idle.begin());
-        }
-        idle.push_back({base, length, std::chrono::steady_clock::now()});
-        idle_bytes += length;
-      }
-    }
-    for (const Idle& i : drop) munmap(i.base, i.length);
-  }
+  State(uint64_t max_idle_bytes, std::chrono::milliseconds max_idle_age)
+      : cache(max_idle_bytes, max_idle_age) {}
+  MappingCache cache;
 };
 
 struct Buffer::Storage {
@@ -95,7 +66,7 @@ struct Buffer::Storage {
         g_live_bytes.fetch_sub(length, std::memory_order_relaxed);
         auto state = recycle.load() ? pool.lock() : nullptr;
         if (state) {
-          state->Return(base, length);
+          state->cache.Put({base, length});
         } else {
           munmap(base, length);
         }
@@ -120,27 +91,6 @@ namespace {
 // Small tier, 7 clients) grew the server from 180 MB to 734 MB that way
 // while the live Buffers stayed at 4.7 MB.
 constexpr uint64_t kMapThreshold = 1ull << 20;
-
-// An anonymous mapping of at least `size` bytes starting at a multiple of
-// `align` (a power of two, at least the page size). Zero-filled.
-void* MapAnonymous(uint64_t size, uint64_t align, uint64_t* mapped) {
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  const uint64_t length = (size + page - 1) / page * page;
-  const uint64_t slack = align > page ? align : 0;
-  if (length < size || length + slack < length) return nullptr;
-  void* raw =
-      mmap(nullptr, length + slack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return nullptr;
-  auto start = reinterpret_cast<uintptr_t>(raw);
-  auto aligned = slack ? (start + align - 1) / align * align : start;
-  // Give back what alignment left over on either side.
-  if (aligned > start) munmap(raw, aligned - start);
-  const uintptr_t end = start + length + slack;
-  if (end > aligned + length)
-    munmap(reinterpret_cast<void*>(aligned + length), end - aligned - length);
-  *mapped = length;
-  return reinterpret_cast<void*>(aligned);
-}
 
 // Large buffers are 2 MiB-aligned and marked for transparent huge pages:
 // the first touch of fresh memory costs a page fault per page, and with
@@ -256,44 +206,27 @@ Buffer Buffer::SliceUnchecked(uint64_t offset, uint64_t length) const {
 }
 
 BufferPool::BufferPool(uint64_t max_idle_bytes, std::chrono::milliseconds max_idle_age)
-    : state_(std::make_shared<State>()) {
-  state_->max_idle_bytes = max_idle_bytes;
-  state_->max_idle_age = max_idle_age;
-}
+    : state_(std::make_shared<State>(max_idle_bytes, max_idle_age)) {}
 
 BufferPool::~BufferPool() = default;
 
 Result<Buffer> BufferPool::Allocate(uint64_t size) {
   if (size < kHugePageThreshold) return Buffer::Allocate(size);
-  void* base = nullptr;
-  uint64_t length = 0;
-  {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    auto& idle = state_->idle;
-    auto best = idle.end();
-    for (auto it = idle.begin(); it != idle.end(); ++it) {
-      if (it->length >= size && it->length / 2 <= size &&
-          (best == idle.end() || it->length < best->length))
-        best = it;
-    }
-    if (best != idle.end()) {
-      base = best->base;
-      length = best->length;
-      state_->idle_bytes -= length;
-      idle.erase(best);
-    }
-  }
-  if (base == nullptr) {
-    base = MapBuffer(size, &length);
-    if (base == nullptr) return ResourceExhausted("cannot map " + std::to_string(size) + " bytes");
+  // The smallest idle storage that holds `size` and is at most twice it.
+  MappingCache::Block b =
+      state_->cache.Take(size, size > UINT64_MAX / 2 ? UINT64_MAX : 2 * size + 1);
+  if (b.base == nullptr) {
+    b.base = MapBuffer(size, &b.length);
+    if (b.base == nullptr)
+      return ResourceExhausted("cannot map " + std::to_string(size) + " bytes");
   }
   auto storage = std::make_shared<Buffer::Storage>();
   storage->kind = Buffer::Storage::Kind::kPooled;
-  storage->base = base;
-  storage->length = length;
+  storage->base = b.base;
+  storage->length = b.length;
   storage->pool = state_;
-  AddLive(length);
-  return Buffer(std::move(storage), static_cast<uint8_t*>(base), size);
+  AddLive(b.length);
+  return Buffer(std::move(storage), static_cast<uint8_t*>(b.base), size);
 }
 
 void BufferPool::Recycle(const Buffer& b) {
@@ -301,25 +234,9 @@ void BufferPool::Recycle(const Buffer& b) {
     b.storage_->recycle.store(true);
 }
 
-void BufferPool::Trim() {
-  std::vector<State::Idle> drop;
-  {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    const auto now = std::chrono::steady_clock::now();
-    auto& idle = state_->idle;
-    while (!idle.empty() && now - idle.front().since > state_->max_idle_age) {
-      state_->idle_bytes -= idle.front().length;
-      drop.push_back(idle.front());
-      idle.erase(idle.begin());
-    }
-  }
-  for (const State::Idle& i : drop) munmap(i.base, i.length);
-}
+void BufferPool::Trim() { state_->cache.Trim(); }
 
-uint64_t BufferPool::idle_bytes() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->idle_bytes;
-}
+uint64_t BufferPool::idle_bytes() const { return state_->cache.idle_bytes(); }
 
 uint64_t Buffer::LiveAllocatedBytes() { return g_live_bytes.load(std::memory_order_relaxed); }
 uint64_t Buffer::PeakAllocatedBytes() { return g_peak_bytes.load(std::memory_order_relaxed); }

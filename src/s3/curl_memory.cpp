@@ -1,17 +1,16 @@
 #include "s3/curl_memory.h"
 
+#include "core/mapping_cache.h"
+
 #include <curl/curl.h>
 #include <curl/mprintf.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <vector>
 
 namespace xsilo::s3client {
 namespace {
@@ -24,110 +23,39 @@ struct alignas(16) Header {
 };
 static_assert(sizeof(Header) == 16);
 
-using Clock = std::chrono::steady_clock;
-
-struct Cache {
-  struct Idle {
-    void* base;
-    size_t length;
-    Clock::time_point since;
-  };
-  std::mutex mu;
-  std::vector<Idle> idle;  // oldest first
-  CurlMemoryStats stats;
-
-  // Takes the blocks older than the age limit out (under mu).
-  void TakeOld(Clock::time_point now, std::vector<Idle>* drop) {
-    while (!idle.empty() &&
-           now - idle.front().since > std::chrono::seconds(kCachedBlockAgeSeconds)) {
-      stats.cached_bytes -= idle.front().length;
-      drop->push_back(idle.front());
-      idle.erase(idle.begin());
-    }
-  }
-};
-
-Cache& TheCache() {
-  static Cache* cache = new Cache;  // never destroyed: curl may free after static destructors
+MappingCache& TheCache() {
+  // Never destroyed: curl may free after static destructors ran.
+  static MappingCache* cache =
+      new MappingCache(kMaxCachedBytes, std::chrono::seconds(kCachedBlockAgeSeconds));
   return *cache;
 }
 
-void Unmap(const std::vector<Cache::Idle>& blocks) {
-  for (const Cache::Idle& b : blocks) munmap(b.base, b.length);
-}
+std::atomic<uint64_t> g_large_allocations{0};
+std::atomic<uint64_t> g_large_maps{0};
+std::atomic<uint64_t> g_live_large_bytes{0};
 
-size_t PageSize() {
-  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  return page;
-}
-
+// A block of `total` bytes (header included): a cached mapping that holds
+// it and wastes at most a quarter, or a fresh one.
 void* AllocateLarge(size_t total) {
-  const size_t page = PageSize();
-  if (total > SIZE_MAX - page) return nullptr;
-  const size_t length = (total + page - 1) / page * page;
-  Cache& c = TheCache();
-  void* base = nullptr;
-  std::vector<Cache::Idle> drop;
-  {
-    std::lock_guard<std::mutex> lock(c.mu);
-    c.TakeOld(Clock::now(), &drop);
-    // The smallest cached block that fits and wastes at most a quarter.
-    auto best = c.idle.end();
-    for (auto it = c.idle.begin(); it != c.idle.end(); ++it) {
-      if (it->length >= length && it->length - length <= length / 4 &&
-          (best == c.idle.end() || it->length < best->length))
-        best = it;
-    }
-    size_t got = length;
-    if (best != c.idle.end()) {
-      base = best->base;
-      got = best->length;
-      c.stats.cached_bytes -= got;
-      c.idle.erase(best);
-    }
-    ++c.stats.large_allocations;
-    if (base == nullptr) ++c.stats.large_maps;
-    c.stats.live_large_bytes += got;
-    if (base != nullptr) {
-      static_cast<Header*>(base)->mapping = got;
-    }
+  MappingCache& cache = TheCache();
+  cache.Trim();
+  MappingCache::Block b = cache.Take(total, total + total / 4);
+  if (b.base == nullptr) {
+    b.base = MapAnonymous(total, 0, &b.length);
+    if (b.base == nullptr) return nullptr;
+    g_large_maps.fetch_add(1, std::memory_order_relaxed);
   }
-  Unmap(drop);
-  if (base == nullptr) {
-    base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) {
-      std::lock_guard<std::mutex> lock(c.mu);
-      c.stats.live_large_bytes -= length;
-      --c.stats.large_allocations;
-      --c.stats.large_maps;
-      return nullptr;
-    }
-    static_cast<Header*>(base)->mapping = length;
-  }
-  return base;
+  g_large_allocations.fetch_add(1, std::memory_order_relaxed);
+  g_live_large_bytes.fetch_add(b.length, std::memory_order_relaxed);
+  static_cast<Header*>(b.base)->mapping = b.length;
+  return b.base;
 }
 
 void ReleaseLarge(void* base, size_t length) {
-  Cache& c = TheCache();
-  std::vector<Cache::Idle> drop;
-  {
-    std::lock_guard<std::mutex> lock(c.mu);
-    const Clock::time_point now = Clock::now();
-    c.stats.live_large_bytes -= length;
-    c.TakeOld(now, &drop);
-    if (length > kMaxCachedBytes) {
-      drop.push_back({base, length, now});
-    } else {
-      while (c.stats.cached_bytes + length > kMaxCachedBytes) {
-        c.stats.cached_bytes -= c.idle.front().length;
-        drop.push_back(c.idle.front());
-        c.idle.erase(c.idle.begin());
-      }
-      c.idle.push_back({base, length, now});
-      c.stats.cached_bytes += length;
-    }
-  }
-  Unmap(drop);
+  g_live_large_bytes.fetch_sub(length, std::memory_order_relaxed);
+  MappingCache& cache = TheCache();
+  cache.Trim();
+  cache.Put({base, length});
 }
 
 Header* HeaderOf(void* p) { return static_cast<Header*>(p) - 1; }
@@ -221,20 +149,20 @@ void InitCurlWithXsiloMemory() {
 bool CurlMemoryInstalled() { return g_installed; }
 
 CurlMemoryStats GetCurlMemoryStats() {
-  Cache& c = TheCache();
-  std::lock_guard<std::mutex> lock(c.mu);
-  return c.stats;
+  CurlMemoryStats s;
+  s.large_allocations = g_large_allocations.load();
+  s.large_maps = g_large_maps.load();
+  s.cached_bytes = TheCache().idle_bytes();
+  s.live_large_bytes = g_live_large_bytes.load();
+  return s;
 }
 
 void TrimCurlMemory() {
-  Cache& c = TheCache();
-  std::vector<Cache::Idle> drop;
-  {
-    std::lock_guard<std::mutex> lock(c.mu);
-    drop.swap(c.idle);
-    c.stats.cached_bytes = 0;
-  }
-  Unmap(drop);
+  // Everything idle goes: take each block out and unmap it.
+  MappingCache& cache = TheCache();
+  for (MappingCache::Block b = cache.Take(0, UINT64_MAX); b.base != nullptr;
+       b = cache.Take(0, UINT64_MAX))
+    munmap(b.base, b.length);
 }
 
 }  // namespace xsilo::s3client

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "s3/s3_test_util.h"
 #include "store/faulty/faulty.h"
 #include "transport/conformance.h"
 #include "transport/test_util.h"
@@ -308,23 +309,14 @@ TEST(HybridBadInput, AStubClaimingAHugeObjectIsRefusedBeforeAllocation) {
 // checksum, or do not match the bytes served; the same stub with the right
 // ones delivers.
 TEST(HybridBadInput, AStubWithBadBlockChecksumsIsRefused) {
-  S3ServerOptions so;
-  so.access_key = "blocks-ak";
-  so.secret_key = "blocks-sk";
-  so.buckets = {"bkt"};
-  auto server = S3Server::Start(so);
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  S3ClientOptions co;
-  co.endpoint = (*server)->endpoint();
-  co.addressing = S3Addressing::kPath;
-  co.credentials = StaticCredentials({so.access_key, so.secret_key});
-  auto client = S3Client::Create(co);
-  ASSERT_TRUE(client.ok());
+  auto s3 = testing::StartS3ServerAndClient("blocks-ak", "blocks-sk", "bkt");
+  ASSERT_TRUE(s3.ok()) << s3.status().ToString();
+  S3Client& client = *s3->client;
   // The object: the tensors of a pattern message over two blocks.
   Message original = PatternMessage((1 << 20) + 4096, 11, 4);
   EncodedPayload payload = EncodeSafetensors(original.tensors);
-  ASSERT_TRUE((*client)->PutObject({.bucket = "bkt", .key = "obj", .body = payload.bytes}).ok());
-  auto url = (*client)->PresignUrl({.method = "GET", .bucket = "bkt", .key = "obj"});
+  ASSERT_TRUE(client.PutObject({.bucket = "bkt", .key = "obj", .body = payload.bytes}).ok());
+  auto url = client.PresignUrl({.method = "GET", .bucket = "bkt", .key = "obj"});
   ASSERT_TRUE(url.ok()) << url.status().ToString();
   const uint64_t block = 1 << 20;
   const std::vector<uint64_t> sums = BlockChecksums(payload.bytes, block);

@@ -8,9 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include "s3/s3_test_util.h"
 #include "transport/test_util.h"
-#include "xsilo/s3/client.h"
-#include "xsilo/s3/server.h"
 
 namespace xsilo::s3client {
 namespace {
@@ -84,25 +83,17 @@ TEST(CurlMemory, CallocZeroesAReusedBlockAndRefusesOverflow) {
 // The S3 client's transfers get curl's 1 MiB receive buffer from here, and
 // the second transfer reuses the first one's instead of mapping anew.
 TEST(CurlMemory, TheClientsTransfersUseItAndReuseTheirBuffers) {
-  S3ServerOptions o;
-  o.access_key = "ak";
-  o.secret_key = "sk";
-  o.buckets = {"bkt"};
-  auto server = S3Server::Start(o);
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  S3ClientOptions co;
-  co.endpoint = (*server)->endpoint();
-  co.credentials = StaticCredentials({"ak", "sk"});
-  auto client = S3Client::Create(co);
-  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto s3 = testing::StartS3ServerAndClient("ak", "sk", "bkt");
+  ASSERT_TRUE(s3.ok()) << s3.status().ToString();
+  S3Client& client = *s3->client;
   if (kCurlMemoryUnderSanitizer) GTEST_SKIP() << "curl keeps malloc under AddressSanitizer";
   ASSERT_TRUE(CurlMemoryInstalled());
   GatherList body;
   body.Append(testing::PatternTensor(3 << 20, 1).data);
-  ASSERT_TRUE((*client)->PutObject({.bucket = "bkt", .key = "k", .body = body}).ok());
+  ASSERT_TRUE(client.PutObject({.bucket = "bkt", .key = "k", .body = body}).ok());
 
   auto get = [&] {
-    auto got = (*client)->GetObject({.bucket = "bkt", .key = "k"});
+    auto got = client.GetObject({.bucket = "bkt", .key = "k"});
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     EXPECT_EQ(got->data.size(), uint64_t{3} << 20);
   };
