@@ -46,6 +46,25 @@ std::vector<std::string> SplitCell(const std::string& s) {
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
+
+// A run's figures from its samples (latency_ms, delivery_ms), codec times
+// and floor: medians, p95, the codec's share and the ratios to the floor.
+void SetLatencyFigures(json& run) {
+  const auto lat = run["latency_ms"].get<std::vector<double>>();
+  const auto dl = run.value("delivery_ms", std::vector<double>{});
+  const double median = Median(lat);
+  run["latency_median_ms"] = median;
+  run["latency_p95_ms"] = Percentile(lat, 95);
+  if (!dl.empty()) run["delivery_median_ms"] = Median(dl);
+  const double codec_ms = run["encode_ms"].get<double>() + run["decode_ms"].get<double>();
+  run["serialization_share"] = median > 0 ? std::min(1.0, codec_ms / median) : 0;
+  if (run.contains("floor_ms")) {
+    const double floor_ms = run["floor_ms"].get<double>();
+    run["over_floor"] = median / floor_ms;
+    if (!dl.empty()) run["delivery_over_floor"] = Median(dl) / floor_ms;
+  }
+}
+
 namespace fs = std::filesystem;
 
 // The development VM's hypervisor takes back memory the guest freed
@@ -506,54 +525,34 @@ int RunP2p(P2pOptions a) {
             first["wall_s"] = first["wall_s"].get<double>() +
                               std::chrono::duration<double>(Clock::now() - run_started).count();
             if (result.contains("route")) first["route"] = result["route"];
-            lat = first["latency_ms"].get<std::vector<double>>();
-            dl = first.value("delivery_ms", std::vector<double>{});
-            first["latency_median_ms"] = Median(lat);
-            first["latency_p95_ms"] = Percentile(lat, 95);
-            if (!dl.empty()) first["delivery_median_ms"] = Median(dl);
-            const double codec =
-                first["encode_ms"].get<double>() + first["decode_ms"].get<double>();
-            first["serialization_share"] = Median(lat) > 0 ? std::min(1.0, codec / Median(lat)) : 0;
-            if (first.contains("floor_ms")) {
-              const double floor_ms = first["floor_ms"].get<double>();
-              first["over_floor"] = Median(lat) / floor_ms;
-              if (!dl.empty()) first["delivery_over_floor"] = Median(dl) / floor_ms;
-            }
+            SetLatencyFigures(first);
             std::cout << "  " << std::left << std::setw(12) << bname << std::setw(8) << tier_name
                       << std::right << " pass " << pass + 1 << ": latency " << Fixed(pass_median, 1)
-                      << " ms; all passes " << Fixed(Median(lat), 1) << " ms\n"
+                      << " ms; all passes " << Fixed(first["latency_median_ms"].get<double>(), 1)
+                      << " ms\n"
                       << std::flush;
             continue;
           }
           run["latency_ms"] = lat;
           run["pass_medians_ms"] = json::array({pass_median});
-          run["latency_median_ms"] = Median(lat);
-          run["latency_p95_ms"] = Percentile(lat, 95);
-          if (!dl.empty()) {
-            run["delivery_ms"] = dl;
-            run["delivery_median_ms"] = Median(dl);
-          }
+          if (!dl.empty()) run["delivery_ms"] = dl;
           if (result.contains("concurrency")) run["concurrency"] = result["concurrency"];
           if (result.contains("route")) run["route"] = result["route"];  // auto+s3's last choice
           run["dispatch"] = result.value("dispatch", json::array());
           if (result.contains("broadcast")) run["broadcast"] = result["broadcast"];
           run["phases_s"] = result.value("phases_s", json::object());
           run["wall_s"] = std::chrono::duration<double>(Clock::now() - run_started).count();
-          const double codec_ms = result.value("encode_ms", 0.0) + result.value("decode_ms", 0.0);
           run["encode_ms"] = result.value("encode_ms", 0.0);
           run["decode_ms"] = result.value("decode_ms", 0.0);
           run["serializes"] = b.serializes;
-          run["serialization_share"] = Median(lat) > 0 ? std::min(1.0, codec_ms / Median(lat)) : 0;
-          if (link.measured && link.multi_MBps > 0) {
-            const double floor_ms = FloorMs(link, bytes);
-            run["floor_ms"] = floor_ms;
-            run["over_floor"] = Median(lat) / floor_ms;
-            if (!dl.empty()) run["delivery_over_floor"] = Median(dl) / floor_ms;
-          }
+          if (link.measured && link.multi_MBps > 0) run["floor_ms"] = FloorMs(link, bytes);
+          SetLatencyFigures(run);
           std::cout << "  " << std::left << std::setw(12) << bname << std::setw(8) << tier_name
-                    << std::right << " latency " << Fixed(Median(lat), 1) << " ms (p95 "
-                    << Fixed(Percentile(lat, 95), 1) << ")";
-          if (!dl.empty()) std::cout << ", delivered " << Fixed(Median(dl), 1) << " ms";
+                    << std::right << " latency " << Fixed(run["latency_median_ms"].get<double>(), 1)
+                    << " ms (p95 " << Fixed(run["latency_p95_ms"].get<double>(), 1) << ")";
+          if (!dl.empty())
+            std::cout << ", delivered " << Fixed(run["delivery_median_ms"].get<double>(), 1)
+                      << " ms";
           if (run.contains("floor_ms"))
             std::cout << ", floor " << Fixed(run["floor_ms"].get<double>(), 1) << " ms";
           if (run.contains("concurrency"))
