@@ -291,9 +291,18 @@ Result<int> OpenSiteTun(const Topology& t, int index) {
   if (st.ok()) st = SetFlags(sock, "lo", IFF_UP);
   if (sock >= 0) close(sock);
   const Site& s = t.sites[index];
+  // The receive buffer starts at its maximum. The site MTU is up to 64000
+  // (few packets for the router), and a new connection's first receive
+  // window is about 64 KB whatever the MTU: one segment here where a 1500
+  // MTU link has 44. A one-segment window grows slowly and at random, and
+  // BBR (this kernel's default) then sometimes leaves its startup early and
+  // carries a connection's first messages at a fraction of the link for
+  // seconds: the same inline sends on ca-hk took 476 ms on one connection
+  // and 550-830 ms on the next. Starting at the maximum keeps the limit
+  // that sets the one-stream rate and takes the lottery out.
   if (st.ok() && s.tcp_rmem_max) {
     st = internal::WriteSysctl("/proc/sys/net/ipv4/tcp_rmem",
-                               BufferTriple(4096, 131072, s.tcp_rmem_max));
+                               BufferTriple(4096, s.tcp_rmem_max, s.tcp_rmem_max));
   }
   if (st.ok() && s.tcp_wmem_max) {
     st = internal::WriteSysctl("/proc/sys/net/ipv4/tcp_wmem",

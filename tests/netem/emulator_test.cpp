@@ -20,6 +20,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include "xsilo/netem/netem.h"
@@ -312,6 +313,50 @@ pid_t SleepInSite(const State& state, int site) {
     _exit(127);
   }
   return pid;
+}
+
+// The contents of `path` as a process inside site `site` reads it (a
+// /proc/sys/net file shows the reader's namespace); "" on failure.
+std::string ReadInSite(const State& state, int site, const char* path) {
+  int fds[2];
+  if (pipe(fds) != 0) return "";
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    if (!EnterSite(state, site).ok()) _exit(1);
+    int in = open(path, O_RDONLY);
+    char buf[256];
+    ssize_t n = in >= 0 ? read(in, buf, sizeof buf) : -1;
+    if (n > 0 && write(fds[1], buf, static_cast<size_t>(n)) != n) _exit(1);
+    _exit(n > 0 ? 0 : 1);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[256];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? out : "";
+}
+
+// A site's receive buffer starts at its maximum (the window that sets the
+// one-stream rate), so a new connection's window is not one jumbo segment
+// (instance.cpp, where the sysctls are written, says why).
+TEST_F(EmulatorTest, SiteReceiveBufferStartsAtItsMaximum) {
+  Topology t = TwoSites(LinkShape{.delay_ms = 1});
+  t.sites[1].tcp_rmem_max = t.sites[1].tcp_wmem_max = 3u << 20;
+  State state = UpOrDie(t);
+  ASSERT_TRUE(state.router_alive);
+  std::istringstream rmem(ReadInSite(state, 1, "/proc/sys/net/ipv4/tcp_rmem"));
+  uint64_t lo = 0, def = 0, hi = 0;
+  ASSERT_TRUE(rmem >> lo >> def >> hi) << "could not read tcp_rmem in site 1";
+  EXPECT_EQ(hi, 3u << 20);
+  EXPECT_EQ(def, hi);
+  std::istringstream wmem(ReadInSite(state, 1, "/proc/sys/net/ipv4/tcp_wmem"));
+  ASSERT_TRUE(wmem >> lo >> def >> hi);
+  EXPECT_EQ(hi, 3u << 20);
 }
 
 TEST_F(EmulatorTest, DownLeavesNoNamespaceAndNoProcess) {
