@@ -243,6 +243,7 @@ int RunP2p(P2pOptions a) {
                       {"backends", backend_names},
                       {"repeats", a.repeats},
                       {"passes", a.passes},
+                      {"min_seconds", a.min_seconds},
                       {"scale", a.scale},
                       {"quick", a.quick},
                       {"link_seconds", a.link_seconds},
@@ -410,6 +411,7 @@ int RunP2p(P2pOptions a) {
           spec.prefix = topology->loopback ? "" : a.prefix;
           spec.parameters = tier->parameters;
           spec.repeats = a.repeats;
+          spec.min_seconds = a.min_seconds;
           spec.concurrent = conc;
           if (dispatch_here) spec.dispatch_points = dispatch_points;
           spec.broadcast = pass == 0 && a.broadcast_peers > 1;
@@ -462,8 +464,9 @@ int RunP2p(P2pOptions a) {
           // Whole-run budget: every message the sender sends, at the slow rate, x4.
           double messages = 1 + a.repeats + 2.0 * conc + spec.world;
           for (int n : spec.dispatch_points) messages += n;
-          const double budget_s =
-              300 + 4.0 * messages * static_cast<double>(bytes) / (slow_MBps * 1e6);
+          const double budget_s = 300 +
+                                  4.0 * messages * static_cast<double>(bytes) / (slow_MBps * 1e6) +
+                                  4.0 * a.min_seconds;
           bool timed_out = false;
           int failed = WaitPeers(pids, Clock::now() + Seconds(budget_s), &timed_out);
           ParkIfStopping();

@@ -35,6 +35,7 @@ json ToJson(const PeerSpec& s) {
               {"parameters", s.parameters},
               {"warmup", s.warmup},
               {"repeats", s.repeats},
+              {"min_seconds", s.min_seconds},
               {"concurrent", s.concurrent},
               {"dispatch_points", s.dispatch_points},
               {"broadcast", s.broadcast},
@@ -56,6 +57,7 @@ PeerSpec PeerSpecFromJson(const json& j) {
   s.parameters = j.at("parameters");
   s.warmup = j.at("warmup");
   s.repeats = j.at("repeats");
+  s.min_seconds = j.at("min_seconds");
   s.concurrent = j.at("concurrent");
   s.dispatch_points = j.at("dispatch_points").get<std::vector<int>>();
   s.broadcast = j.at("broadcast");
@@ -153,11 +155,16 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
     t.SendAsync(peer, std::move(copy), [&errors](const Status& st) { errors.Record(st); });
   };
 
-  // (a) latency: warm-up sends, then `repeats` sends, each waited for.
-  // delivery_ms: the same, until the receiver's Receive returned (before
-  // its check of the model).
+  // (a) latency: warm-up sends, then `repeats` sends, each waited for, and
+  // more until they add up to min_seconds. delivery_ms: the same, until the
+  // receiver's Receive returned (before its check of the model).
   std::vector<double> latency_ms, delivery_ms;
-  for (int r = 0; r < spec.warmup + spec.repeats; ++r) {
+  double timed_s = 0;
+  auto more = [&](int r) {
+    const int timed = r - spec.warmup;
+    return timed < spec.repeats || (timed_s < spec.min_seconds && timed < kP2pMaxTimedSends);
+  };
+  for (int r = 0; more(r); ++r) {
     StampModel(&model, ++seq);
     const int64_t t0 = NowNs();
     send(1, model, seq);
@@ -165,6 +172,7 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
     XSILO_ASSIGN_OR_RETURN(auto acks, WaitAcks(t, {seq}, spec.timeout_s, &errors, 1, &delivered));
     if (r < spec.warmup) continue;
     latency_ms.push_back(static_cast<double>(acks[seq] - t0) / 1e6);
+    timed_s += latency_ms.back() / 1e3;
     if (delivered.count(seq)) delivery_ms.push_back(static_cast<double>(delivered[seq] - t0) / 1e6);
   }
   (*result)["latency_ms"] = latency_ms;

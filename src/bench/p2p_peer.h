@@ -23,7 +23,8 @@ struct PeerSpec {
   uint64_t parameters = 0;
   int warmup = 1;
   int repeats = 3;
-  int concurrent = 0;  // 0 = skip (b)
+  double min_seconds = 0;  // P2pOptions::min_seconds
+  int concurrent = 0;      // 0 = skip (b)
   std::vector<int> dispatch_points;
   bool broadcast = false;
   bool serializes = true;

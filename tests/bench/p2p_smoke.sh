@@ -54,6 +54,21 @@ rows = list(csv.DictReader(open(os.path.join(d, "links.csv"))))
 assert [x["env"] for x in rows] == ["lan"]
 print("bench_p2p_smoke: ok")
 PY
+# --min-seconds: more timed sends than --repeats, until they add up to the
+# time asked (or the cap).
+"$XSILO" bench p2p --envs lan --tiers small --backends grpc --repeats 2 --min-seconds 0.3 \
+  --link-seconds 0 --broadcast-peers 0 --dispatch-envs none --no-concurrency --out "$OUT/min"
+python3 - "$OUT/min" <<'PY'
+import json, os, sys
+r = json.load(open(os.path.join(sys.argv[1], "p2p.json")))
+assert r["config"]["min_seconds"] == 0.3, r["config"]
+[x] = r["runs"]
+lat = x["latency_ms"]
+assert len(lat) > 2, lat
+assert sum(lat) >= 300 or len(lat) == 2000, (len(lat), sum(lat))
+assert sum(lat[:-1]) < 300, "sent on after reaching the time"
+print("bench_p2p_smoke --min-seconds: %d sends, %.0f ms" % (len(lat), sum(lat)))
+PY
 # Unknown backends and malformed --skip cells are refused before anything runs.
 for cell in lan:huge lann:small lan:small:nope lan; do
   if "$XSILO" bench p2p --envs lan --skip "$cell" --out "$OUT/y" 2>"$OUT/skip.err"; then

@@ -18,6 +18,9 @@ namespace xsilo::bench {
 inline constexpr const char* kP2pBackends =
     "grpc,grpc-s4,grpc-unary,grpc+s3,auto+s3,mpi-generic,mpi-buffer,tensorpipe";
 
+// Most timed sends of one latency point that --min-seconds asks for.
+inline constexpr int kP2pMaxTimedSends = 2000;
+
 struct P2pOptions {
   // Comma lists of environments (link profiles), tiers and backends.
   std::string envs = "lan,geo-proximal,ca-va,ca-hk";
@@ -25,6 +28,11 @@ struct P2pOptions {
   std::string backends = kP2pBackends;
   // Timed sends per latency point (after one warm-up send).
   int repeats = 5;
+  // More timed sends, until a latency point's timed sends add up to this
+  // many seconds (at most kP2pMaxTimedSends): a cell of milliseconds then
+  // gets hundreds of samples, a cell of seconds its `repeats`. 0 = exactly
+  // `repeats`.
+  double min_seconds = 0;
   // Passes over a cell's backends: each pass runs every backend once more
   // (fresh processes, `repeats` more timed sends), in the same order, and
   // the latency samples of all passes are pooled. With several passes the
