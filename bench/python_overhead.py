@@ -4,7 +4,7 @@ loopback, from C++, from Python through xsilo, and through the paper's
 Python stack (grpcio + pickle, boto3 + grpcio), side by side in one run.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/python_overhead.py \
-        [--tier big] [--rounds 5] [--cycles 3] [--out results/python-overhead]
+        [--tier big] [--rounds 5] [--cycles 3] [--baseline-rounds 2] [--out DIR]
 
 Every stack does the same exchange per round: the sender builds a fresh
 float32 model (its values differ each round, so nothing is deduplicated),
@@ -20,10 +20,12 @@ when the answer is back. Stacks:
   py:boto3+grpcio     pickle -> boto3 upload_fileobj to `xsilo s3d`, the key
                       over grpcio, boto3 download_fileobj -> pickle.loads
 
-The xsilo stacks run in blocks of --rounds timed rounds (after one untimed
-first round), C++ and Python alternating, --cycles times each; the
-baselines run one block each. Prints a table (median and min seconds per
-stack over all timed rounds, and the ratios the issue asks for) and writes <out>/python_overhead.json. Needs Debian's
+The xsilo stacks run in blocks of --rounds timed rounds, the baselines in
+blocks of --baseline-rounds (each block after one untimed first round);
+C++, Python and the baseline of each backend alternate, --cycles times
+each. Prints a table (median and min seconds per stack over all timed
+rounds, and the ratios the issue asks for) and writes
+<out>/python_overhead.json. Needs Debian's
 python3-grpcio and python3-boto3 for the baselines (skipped with a note
 when absent).
 """
@@ -241,6 +243,8 @@ def main():
                     help="timed rounds per block (after one untimed first round)")
     ap.add_argument("--cycles", type=int, default=3,
                     help="C++ and Python xsilo blocks, alternated, this many times each")
+    ap.add_argument("--baseline-rounds", type=int, default=2,
+                    help="timed rounds of each baseline per cycle (after one untimed round)")
     ap.add_argument("--stacks", default="cpp,py,baselines",
                     help="which to run: cpp, py, baselines (comma separated)")
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "python-overhead"))
@@ -253,8 +257,8 @@ def main():
     ap.add_argument("--s3-endpoint", default="")
     ap.add_argument("--s3-keys", default="")
     args = ap.parse_args()
-    if args.rounds < 1 or args.cycles < 1:
-        ap.error("--rounds and --cycles must be at least 1")
+    if args.rounds < 1 or args.cycles < 1 or args.baseline_rounds < 1:
+        ap.error("--rounds, --cycles and --baseline-rounds must be at least 1")
     torch.set_num_threads(1)
 
     if args.role == "xsilo-receiver":
@@ -270,44 +274,53 @@ def main():
     stacks = set(args.stacks.split(","))
     results = {}
     first_rounds = {}
-    # The C++ and Python blocks alternate, cycle after cycle (C++ first in
-    # even cycles, Python first in odd ones), so that the machine's drift
-    # over a run weighs on both alike. Each block's first round (connection
-    # set-up, first touch of the buffers) is kept apart from the timings.
-    for cycle in range(args.cycles):
-        for backend in ["grpc", "grpc+s3"]:
-            order = [s for s in ("cpp", "py") if s in stacks]
-            if cycle % 2:
-                order.reverse()
-            for stack in order:
-                if stack == "cpp":
-                    t = cpp(backend, args.tier, args.rounds + 1)
-                else:
-                    t = xsilo_sender(backend, params, args.rounds + 1)
-                key = f"{stack}:xsilo-{backend}"
-                first_rounds.setdefault(key, []).append(t[0])
-                results.setdefault(key, []).extend(t[1:])
     notes = []
-    if "baselines" in stacks:
+    baselines = "baselines" in stacks
+    if baselines:
         try:
-            import boto3  # noqa: F401
+            import boto3  # noqa: F401  (only whether they are installed)
             import grpc  # noqa: F401
         except ImportError as e:
             notes.append(f"baselines skipped: {e} (apt-get install python3-grpcio python3-boto3)")
-        else:
-            t = grpc_sender("pickle", params, args.rounds + 1)
-            first_rounds["py:grpcio+pickle"], results["py:grpcio+pickle"] = [t[0]], t[1:]
-            s3d, info = start_s3d()
-            try:
-                t = grpc_sender("boto3", params, args.rounds + 1, info)
-                first_rounds["py:boto3+grpcio"], results["py:boto3+grpcio"] = [t[0]], t[1:]
-            finally:
-                s3d.kill()
-                s3d.wait()
+            baselines = False
+    # The blocks alternate, cycle after cycle: C++ xsilo, Python xsilo and
+    # the paper's stack for the same backend, in that order in even cycles
+    # and reversed in odd ones, so that the machine's drift over a run
+    # weighs on all three alike (the ratios compare medians over the whole
+    # run). Each block's first round (connection set-up, first touch of the
+    # buffers) is kept apart from the timings.
+    s3d = info = None
+    if baselines:
+        s3d, info = start_s3d()
+    try:
+        for cycle in range(args.cycles):
+            for backend, base in [("grpc", "pickle"), ("grpc+s3", "boto3")]:
+                order = [s for s in ("cpp", "py") if s in stacks]
+                if baselines:
+                    order.append("base")
+                if cycle % 2:
+                    order.reverse()
+                for stack in order:
+                    if stack == "cpp":
+                        key = f"cpp:xsilo-{backend}"
+                        t = cpp(backend, args.tier, args.rounds + 1)
+                    elif stack == "py":
+                        key = f"py:xsilo-{backend}"
+                        t = xsilo_sender(backend, params, args.rounds + 1)
+                    else:
+                        key = "py:grpcio+pickle" if base == "pickle" else "py:boto3+grpcio"
+                        t = grpc_sender(base, params, args.baseline_rounds + 1,
+                                        info if base == "boto3" else None)
+                    first_rounds.setdefault(key, []).append(t[0])
+                    results.setdefault(key, []).extend(t[1:])
+    finally:
+        if s3d:
+            s3d.kill()
+            s3d.wait()
 
     med = {k: statistics.median(v) for k, v in results.items()}
     print(f"{args.tier} tier: {nbytes / 1e6:.1f} MB float32, {args.cycles} cycles of "
-          f"{args.rounds} rounds (xsilo; baselines one block), loopback, "
+          f"{args.rounds} rounds (xsilo) and {args.baseline_rounds} (baselines), loopback, "
           f"sender -> receiver process, checksum verified, answer back")
     print(f"{'stack':22} {'median_s':>9} {'min_s':>8} {'MB/s':>8}")
     for k, v in results.items():
@@ -330,7 +343,8 @@ def main():
     with open(path, "w") as f:
         json.dump({"benchmark": "python_overhead", "tier": args.tier, "bytes": nbytes,
                    "huge_pages": HUGE_PAGES,
-                   "rounds": args.rounds, "cycles": args.cycles, "seconds": results,
+                   "rounds": args.rounds, "baseline_rounds": args.baseline_rounds,
+                   "cycles": args.cycles, "seconds": results,
                    "first_round_seconds": first_rounds, "median_seconds": med,
                    "ratios": ratios, "notes": notes}, f, indent=2)
     print(f"wrote {path}")
