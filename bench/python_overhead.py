@@ -35,6 +35,7 @@ import io
 import json
 import os
 import pickle
+import shutil
 import socket
 import statistics
 import subprocess
@@ -211,6 +212,10 @@ def grpc_sender(mode, params, rounds, s3d=None):
             if ack != b"ok":
                 raise RuntimeError(f"receiver reported {ack!r}")
             del data  # freed outside the clock, as the xsilo senders' models are
+            if mode == "boto3":
+                # The server lives through the whole run: leave no model
+                # in its memory for the blocks after this one.
+                s3.delete_object(Bucket="bench", Key=key)
         channel.close()
         return times
     finally:
@@ -226,11 +231,20 @@ def start_s3d():
     proc = subprocess.Popen([exe, "s3d", "--memory", "--port-file", port_file, "--access-key",
                              keys[0], "--secret-key", keys[1], "--bucket", "bench"],
                             stdout=subprocess.DEVNULL)
-    for _ in range(600):
-        if os.path.exists(port_file) and open(port_file).read().strip():
-            break
-        time.sleep(0.05)
-    port = int(open(port_file).read().strip())
+    try:
+        for _ in range(600):
+            if os.path.exists(port_file) and open(port_file).read().strip():
+                break
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        port = int(open(port_file).read().strip())
+    except (OSError, ValueError):
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"xsilo s3d did not start (exit code {proc.returncode})")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
     return proc, {"endpoint": f"http://127.0.0.1:{port}", "keys": keys}
 
 
@@ -242,7 +256,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=5,
                     help="timed rounds per block (after one untimed first round)")
     ap.add_argument("--cycles", type=int, default=3,
-                    help="C++ and Python xsilo blocks, alternated, this many times each")
+                    help="C++, Python and baseline blocks of each backend, alternated, this many "
+                         "times each")
     ap.add_argument("--baseline-rounds", type=int, default=2,
                     help="timed rounds of each baseline per cycle (after one untimed round)")
     ap.add_argument("--stacks", default="cpp,py,baselines",
@@ -314,7 +329,7 @@ def main():
                     first_rounds.setdefault(key, []).append(t[0])
                     results.setdefault(key, []).extend(t[1:])
     finally:
-        if s3d:
+        if s3d is not None:
             s3d.kill()
             s3d.wait()
 

@@ -64,9 +64,10 @@ r = json.load(open(os.path.join(sys.argv[1], "p2p.json")))
 assert r["config"]["min_seconds"] == 0.3, r["config"]
 [x] = r["runs"]
 lat = x["latency_ms"]
-assert len(lat) > 2, lat
+# (Two sends may take 300 ms on their own in a stall of the machine.)
+assert len(lat) > 2 or sum(lat) >= 300, lat
 assert sum(lat) >= 300 or len(lat) == 2000, (len(lat), sum(lat))
-assert sum(lat[:-1]) < 300, "sent on after reaching the time"
+assert len(lat) == 2 or sum(lat[:-1]) < 300, "sent on after reaching the time"
 print("bench_p2p_smoke --min-seconds: %d sends, %.0f ms" % (len(lat), sum(lat)))
 PY
 # Unknown backends and malformed --skip cells are refused before anything runs.

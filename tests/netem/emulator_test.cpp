@@ -321,6 +321,11 @@ std::string ReadInSite(const State& state, int site, const char* path) {
   int fds[2];
   if (pipe(fds) != 0) return "";
   pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return "";
+  }
   if (pid == 0) {
     close(fds[0]);
     if (!EnterSite(state, site).ok()) _exit(1);
@@ -337,13 +342,14 @@ std::string ReadInSite(const State& state, int site, const char* path) {
   while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
   close(fds[0]);
   int status = 0;
-  waitpid(pid, &status, 0);
+  if (waitpid(pid, &status, 0) != pid) return "";
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? out : "";
 }
 
 // A site's receive buffer starts at its maximum (the window that sets the
-// one-stream rate), so a new connection's window is not one jumbo segment
-// (instance.cpp, where the sysctls are written, says why).
+// one-stream rate), so a new connection's window can grow past its first
+// jumbo segment at once (instance.cpp, where the sysctls are written, says
+// why).
 TEST_F(EmulatorTest, SiteReceiveBufferStartsAtItsMaximum) {
   Topology t = TwoSites(LinkShape{.delay_ms = 1});
   t.sites[1].tcp_rmem_max = t.sites[1].tcp_wmem_max = 3u << 20;
