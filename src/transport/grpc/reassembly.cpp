@@ -5,6 +5,7 @@
 #include <string>
 
 #include "xsilo/core/codec.h"
+#include "xsilo/core/copy.h"
 
 namespace xsilo::grpclink {
 
@@ -79,20 +80,35 @@ void Reassembler::HashTo(Open& o, uint64_t end) {
   }
 }
 
-// Each block that extends the hashed run is hashed right after its copy,
-// while it is still in cache: no second pass over the message.
+// Each block that extends the hashed run is hashed as it is copied, from
+// gRPC's slice, which the copy just read into cache: no second pass over
+// the message. A large frame is copied around the cache (CopyStreaming):
+// its buffer is cold, and writing it through the cache read every line of
+// it first (265 MB in gRPC's 16-64 KiB slices: 35 ms copy and hash against
+// 23 ms on the development VM).
 void Reassembler::CopyIn(Open& o, uint64_t offset, ChunkPieces data) {
   constexpr uint64_t kBlock = 256 << 10;
+  constexpr uint64_t kStreamingFrameBytes = 8ull << 20;
+  const bool streaming = o.total >= kStreamingFrameBytes;
   uint64_t at = offset;
   for (std::span<const uint8_t> piece : data) {
     while (!piece.empty()) {
       const uint64_t n = std::min<uint64_t>(piece.size(), kBlock);
-      std::memcpy(o.frame.mutable_data() + at, piece.data(), n);
-      if (o.hash && at <= o.hashed && o.hashed < at + n) HashTo(o, at + n);
+      uint8_t* to = o.frame.mutable_data() + at;
+      if (streaming)
+        CopyStreaming(to, piece.data(), n);
+      else
+        std::memcpy(to, piece.data(), n);
+      if (o.hash && at <= o.hashed && o.hashed < at + n) {
+        o.hash->Update(piece.subspan(o.hashed - at, at + n - o.hashed));
+        o.hashed = at + n;
+      }
       at += n;
       piece = piece.subspan(n);
     }
   }
+  // Before HashTo reads the frame back or another thread takes it.
+  if (streaming) FenceStreamingStores();
 }
 
 Status Reassembler::TakePrefix(uint64_t id, Open& o, ChunkPieces data) {
