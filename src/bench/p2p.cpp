@@ -184,8 +184,8 @@ int RunP2p(P2pOptions a) {
     }
     extra_options[o.substr(0, colon)][o.substr(colon + 1, eq - colon - 1)] = o.substr(eq + 1);
   }
-  // RunP2p is also called from code: the command line's range check is
-  // not enough (it lets NaN through).
+  // Checked here rather than by the command line: RunP2p is also called
+  // from code, and a range check lets NaN through.
   if (a.repeats < 1 || !(a.min_seconds >= 0 && a.min_seconds <= 3600)) {
     std::cerr << "xsilo bench p2p: --repeats must be at least 1 and --min-seconds in [0, 3600]\n";
     return 2;

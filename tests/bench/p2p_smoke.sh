@@ -81,6 +81,13 @@ for cell in lan:huge lann:small lan:small:nope lan; do
     exit 1
   }
 done
+for bad in "--min-seconds nan" "--min-seconds -1" "--repeats 0"; do
+  # shellcheck disable=SC2086
+  if "$XSILO" bench p2p --envs lan $bad --out "$OUT/z" 2>/dev/null; then
+    echo "$bad accepted" >&2
+    exit 1
+  fi
+done
 if "$XSILO" bench p2p --envs lan --backends nope --out "$OUT/x" 2>/dev/null; then
   echo "unknown backend accepted" >&2
   exit 1
