@@ -96,6 +96,20 @@ AutoChoice AutoRouter::Choose(const std::vector<int32_t>& peers, uint64_t bytes,
   request.receivers = static_cast<int>(peers.size());
   request.store_available = store_available;
   AutoChoice choice = ChooseAutoPath(link, request, policy_);
+  if (peers.size() == 1 && bytes >= kProbeMinBytes) {
+    Peer& p = PeerLocked(peers[0]);
+    if (p.explore_epoch != p.estimator.path_changes()) {
+      p.explore_epoch = p.estimator.path_changes();
+      p.explorations = 0;
+    }
+    if (++p.since_explore >= kExploreSpacing && p.explorations < kMaxExplorations) {
+      if (auto alt = ExploreAutoPath(link, request, choice, policy_)) {
+        p.since_explore = 0;
+        ++p.explorations;
+        choice = std::move(*alt);
+      }
+    }
+  }
   last_reason_ = choice.reason;
   return choice;
 }

@@ -43,6 +43,12 @@ class AutoRouter {
   // store transfer is the only source of that figure); then one goes inline
   // until the one-stream rate is known (on a link that is not LAN-like, only
   // up to kInlineProbeMaxBytes: a slow stream is not risked for it).
+  //
+  // A send to one peer of kProbeMinBytes or more also explores
+  // (ExploreAutoPath): every other such message, while the path not chosen
+  // has a rate from few transfers and is predicted close to the chosen
+  // one, goes over it instead, at most kMaxExplorations times per peer and
+  // path (a new path, LinkEstimator::path_changes, starts again).
   AutoChoice Choose(const std::vector<int32_t>& peers, uint64_t bytes, bool store_available);
 
   // True when `peer`'s link should be measured (again) and no echo is out
@@ -118,6 +124,11 @@ class AutoRouter {
   // A detected change of the link re-arms its probe (the next big message
   // waits for a new one, on a short link), at most this often.
   static constexpr std::chrono::seconds kReprobeInterval{30};
+  // Exploration: at most every kExploreSpacing-th big message to a peer,
+  // and at most kMaxExplorations times per path (a transfer too short to
+  // measure adds no sample, so the figure could stay young for good).
+  static constexpr int kExploreSpacing = 2;
+  static constexpr int kMaxExplorations = 6;
   enum class Probe { kUnsettled, kRunning, kSettled };
   struct Peer {
     LinkEstimator estimator;
@@ -132,6 +143,9 @@ class AutoRouter {
     int pongs = 0;
     Clock::time_point last_pong{};
     std::deque<double> rtts;  // the last kRttWindow echoes
+    int since_explore = 0;    // big single-peer messages since the last exploration
+    int explorations = 0;     // on the current path (explore_epoch)
+    int explore_epoch = 0;    // estimator.path_changes() they count on
   };
   Peer& PeerLocked(int32_t peer) { return peers_[peer]; }
   // After an observation: a change the estimator detected re-arms the probe.

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -67,6 +68,14 @@ struct AutoPolicyOptions {
   // With a round trip but no throughput yet, a link under this RTT is a LAN
   // and everything goes inline. Default 2 ms.
   double lan_rtt_s = 0.002;
+  // Exploration (ExploreAutoPath): a path whose rate figure comes from
+  // fewer than `trusted_samples` transfers is tried in place of the chosen
+  // one when predicted within `explore_factor` of it. Defaults 1.5 and 3
+  // (LinkEstimatorOptions::change_samples: from then on a figure that is
+  // wrong is corrected by the estimator's change detection). An
+  // explore_factor below 1 (or not finite) never explores.
+  double explore_factor = 1.5;
+  int trusted_samples = 3;
 };
 
 struct AutoRequest {
@@ -92,6 +101,20 @@ struct AutoChoice {
 // The path for one message over `link`.
 AutoChoice ChooseAutoPath(const LinkEstimate& link, const AutoRequest& request,
                           const AutoPolicyOptions& options = {});
+
+// The path to take in place of `chosen` (ChooseAutoPath's choice for the
+// same link and request) to learn its rate, if any. A path's rate is
+// learned only from transfers over it, so one bad measurement of the path
+// not chosen (a slow probe) would otherwise stand for good. Explored: the
+// store when inline or striped was chosen and the aggregate figure is from
+// fewer than trusted_samples transfers; inline when the store was chosen
+// and the one-stream figure is; in both cases only when the explored path
+// is predicted at most explore_factor times slower than the chosen one,
+// which bounds what a right prediction costs. The caller decides how
+// often (AutoRouter: every other message, a few times per link).
+std::optional<AutoChoice> ExploreAutoPath(const LinkEstimate& link, const AutoRequest& request,
+                                          const AutoChoice& chosen,
+                                          const AutoPolicyOptions& options = {});
 
 // K of a striped send: ceil(aggregate / one stream), within [1, max_streams];
 // 1 when the parallel gain is below min_parallel_gain or unknown.

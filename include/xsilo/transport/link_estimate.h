@@ -21,6 +21,11 @@ struct LinkEstimate {
   // bytes/s: what the link gives when it is filled. <= 0 = unknown.
   double aggregate_Bps = 0;
   int aggregate_streams = 0;
+  // Transfers behind each throughput figure (its samples since it was last
+  // set afresh): a figure from few transfers may be a bad one, and the
+  // policy explores the path it belongs to (ExploreAutoPath).
+  int one_stream_samples = 0;
+  int aggregate_samples = 0;
 
   // Bytes one stream keeps in flight: the one-stream bandwidth-delay
   // product. On a long fat link this is the TCP window that caps the stream.

@@ -185,6 +185,39 @@ AutoChoice ChooseAutoPath(const LinkEstimate& link, const AutoRequest& request,
   return choice;
 }
 
+std::optional<AutoChoice> ExploreAutoPath(const LinkEstimate& link, const AutoRequest& request,
+                                          const AutoChoice& chosen, const AutoPolicyOptions& o) {
+  if (Classify(link) != Knowledge::kFull || request.bytes == 0) return std::nullopt;
+  if (!std::isfinite(o.explore_factor) || o.explore_factor < 1) return std::nullopt;
+  AutoChoice alt = chosen;
+  alt.streams = 1;
+  double chosen_s, alt_s;
+  int alt_samples;
+  if (chosen.path == AutoPath::kStore) {
+    alt.path = AutoPath::kInline;
+    chosen_s = chosen.store_s;
+    alt_s = chosen.inline_s;
+    alt_samples = link.one_stream_samples;
+  } else {
+    if (!request.store_available) return std::nullopt;
+    alt.path = AutoPath::kStore;
+    chosen_s = chosen.path == AutoPath::kStriped ? chosen.striped_s : chosen.inline_s;
+    alt_s = chosen.store_s;
+    alt_samples = link.aggregate_samples;
+  }
+  if (alt_samples >= o.trusted_samples || !Positive(chosen_s) || !Positive(alt_s) ||
+      alt_s > o.explore_factor * chosen_s) {
+    return std::nullopt;
+  }
+  const std::string figure = alt.path == AutoPath::kStore ? "aggregate" : "one-stream";
+  alt.reason = std::string(AutoPathName(alt.path)) + ": exploring, its " + figure +
+               " rate is from " + std::to_string(alt_samples) + " transfer" +
+               (alt_samples == 1 ? "" : "s") + " (predicted " + Seconds(alt_s) + ", within " +
+               Format("%.3gx", o.explore_factor) + " of " + std::string(AutoPathName(chosen.path)) +
+               " " + Seconds(chosen_s) + "); chosen was " + chosen.reason;
+  return alt;
+}
+
 uint64_t StoreThresholdBytes(const LinkEstimate& link, const AutoPolicyOptions& o) {
   const Knowledge known = Classify(link);
   if (known != Knowledge::kFull) {

@@ -101,6 +101,8 @@ LinkEstimate LinkEstimator::estimate() const {
   e.one_stream_Bps = one_stream_.samples > 0 ? one_stream_.value : 0;
   e.aggregate_Bps = aggregate_.samples > 0 ? aggregate_.value : 0;
   e.aggregate_streams = aggregate_.samples > 0 ? aggregate_streams_ : 0;
+  e.one_stream_samples = one_stream_.samples;
+  e.aggregate_samples = aggregate_.samples;
   return e;
 }
 
