@@ -1,6 +1,7 @@
 #include "hybrid/auto_router.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace xsilo {
 
@@ -28,6 +29,19 @@ void AutoRouter::OnTransfer(int32_t peer, uint64_t bytes, double seconds, int st
   Peer& p = PeerLocked(peer);
   p.estimator.AddTransfer(at, bytes, seconds, streams);
   AfterObservationLocked(p, at);
+}
+
+void AutoRouter::OnStoreWrite(uint64_t bytes, double seconds) {
+  if (bytes < kProbeMinBytes || !std::isfinite(seconds) || seconds <= 0) return;
+  const double rate = static_cast<double>(bytes) / seconds;
+  std::lock_guard<std::mutex> lock(mu_);
+  store_write_Bps_ =
+      store_write_Bps_ > 0 ? store_write_Bps_ + kWriteGain * (rate - store_write_Bps_) : rate;
+}
+
+double AutoRouter::store_write_Bps() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return store_write_Bps_;
 }
 
 void AutoRouter::AfterObservationLocked(Peer& p, Clock::time_point at) {
@@ -95,7 +109,9 @@ AutoChoice AutoRouter::Choose(const std::vector<int32_t>& peers, uint64_t bytes,
   request.bytes = bytes;
   request.receivers = static_cast<int>(peers.size());
   request.store_available = store_available;
-  AutoChoice choice = ChooseAutoPath(link, request, policy_);
+  AutoPolicyOptions policy = policy_;
+  if (store_write_Bps_ > 0) policy.store_local_Bps = store_write_Bps_;
+  AutoChoice choice = ChooseAutoPath(link, request, policy);
   if (peers.size() == 1 && bytes >= kProbeMinBytes) {
     Peer& p = PeerLocked(peers[0]);
     if (p.explore_epoch != p.estimator.path_changes()) {
@@ -103,7 +119,7 @@ AutoChoice AutoRouter::Choose(const std::vector<int32_t>& peers, uint64_t bytes,
       p.explorations = 0;
     }
     if (++p.since_explore >= kExploreSpacing && p.explorations < kMaxExplorations) {
-      if (auto alt = ExploreAutoPath(link, request, choice, policy_)) {
+      if (auto alt = ExploreAutoPath(link, request, choice, policy)) {
         p.since_explore = 0;
         ++p.explorations;
         choice = std::move(*alt);

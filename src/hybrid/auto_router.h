@@ -36,6 +36,16 @@ class AutoRouter {
   void OnRtt(int32_t peer, double seconds, Clock::time_point at = Clock::now());
   void OnTransfer(int32_t peer, uint64_t bytes, double seconds, int streams,
                   Clock::time_point at = Clock::now());
+  // One of this party's own writes to the store (the upload of an object
+  // and its presign, before its stub goes out): the store path's write leg,
+  // the same for every peer. Once one of kProbeMinBytes or more is
+  // measured, their smoothed rate replaces the policy's fitted
+  // store_local_Bps (600 MB/s, which made the store path look 2-3x slower
+  // than it was on geo-proximal and loopback, where rank 0 writes to its
+  // own embedded server's directory at several GB/s: docs/auto.md).
+  void OnStoreWrite(uint64_t bytes, double seconds);
+  // The smoothed write rate, bytes/s; 0 before the first such write.
+  double store_write_Bps();
 
   // The path for `bytes` to `peers`: a broadcast goes by its slowest known
   // link (the largest round trip). While the store rate is unknown, a
@@ -164,10 +174,13 @@ class AutoRouter {
   }
 
   const AutoPolicyOptions policy_;
+  // Weight of a new write in store_write_Bps_ (as the estimator's rates).
+  static constexpr double kWriteGain = 0.25;
   std::mutex mu_;
   std::condition_variable settled_;
   std::map<int32_t, Peer> peers_;
   std::string last_reason_;
+  double store_write_Bps_ = 0;  // 0 = none measured
 };
 
 }  // namespace xsilo

@@ -514,8 +514,10 @@ class HybridTransport final : public Transport {
 
   // Puts `bytes` into the connector and presigns a GET for receivers without
   // storage access; on failure nothing is left stored.
+  // Adaptive: its time (the store path's write leg) goes to the router.
   Result<Stored> PutObject(const GatherList& bytes) {
     Stored out;
+    const auto start = Clock::now();
     auto key = connector_->Put(bytes);
     if (!key.ok()) return key.status().WithContext("upload to " + std::string(connector_->type()));
     out.key = std::move(key).value();
@@ -526,6 +528,14 @@ class HybridTransport final : public Transport {
         return url.status().WithContext("presign");
       }
       out.url = std::move(url).value();
+    }
+    if (router_) {
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      router_->OnStoreWrite(bytes.size, seconds);
+      if (DebugLog()) {
+        std::cerr << "xsilo " << name_ << " rank " << rank() << ": stored " << bytes.size
+                  << " bytes in " << seconds * 1e3 << " ms\n";
+      }
     }
     return out;
   }

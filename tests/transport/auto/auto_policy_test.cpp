@@ -214,8 +214,8 @@ TEST(AutoPolicy, BroadcastCopiesShareTheSenderEgress) {
 TEST(AutoPolicy, ReasonNamesPathAndFigures) {
   AutoChoice c = Choose(LongFat(), 1 * kGiB);
   EXPECT_EQ(c.reason.rfind("store: 1 GiB", 0), 0u) << c.reason;
-  for (const char* part :
-       {"predicted inline", "striped(16)", "100 ms RTT", "10 MB/s", "400 MB/s"}) {
+  for (const char* part : {"predicted inline", "striped(16)", "100 ms RTT", "10 MB/s", "400 MB/s",
+                           "(writes at 600 MB/s)"}) {
     EXPECT_NE(c.reason.find(part), std::string::npos) << part << " in " << c.reason;
   }
   EXPECT_EQ(Choose(LongFat(), 20 * kMiB).reason.rfind("striped(16): 20 MiB", 0), 0u);
