@@ -28,20 +28,26 @@ void AutoRouter::OnTransfer(int32_t peer, uint64_t bytes, double seconds, int st
   std::lock_guard<std::mutex> lock(mu_);
   Peer& p = PeerLocked(peer);
   p.estimator.AddTransfer(at, bytes, seconds, streams);
+  // The result of an exploration over that path (a store transfer, or a
+  // striped one, reports several streams).
+  if (p.explore_out && (p.explore_path == AutoPath::kStore) == (streams > 1)) {
+    p.explore_out = false;
+  }
   AfterObservationLocked(p, at);
 }
 
 void AutoRouter::OnStoreWrite(uint64_t bytes, double seconds) {
-  if (bytes < kProbeMinBytes || !std::isfinite(seconds) || seconds <= 0) return;
-  const double rate = static_cast<double>(bytes) / seconds;
+  if (bytes < kStoreWriteMinBytes || !std::isfinite(seconds) || seconds <= 0) return;
+  const double per_byte = seconds / static_cast<double>(bytes);
+  if (!std::isfinite(per_byte) || per_byte <= 0) return;
   std::lock_guard<std::mutex> lock(mu_);
-  store_write_Bps_ =
-      store_write_Bps_ > 0 ? store_write_Bps_ + kWriteGain * (rate - store_write_Bps_) : rate;
+  double& s = store_write_s_per_byte_;
+  s = s > 0 ? s + kWriteGain * (per_byte - s) : per_byte;
 }
 
 double AutoRouter::store_write_Bps() {
   std::lock_guard<std::mutex> lock(mu_);
-  return store_write_Bps_;
+  return store_write_s_per_byte_ > 0 ? 1 / store_write_s_per_byte_ : 0;
 }
 
 void AutoRouter::AfterObservationLocked(Peer& p, Clock::time_point at) {
@@ -69,7 +75,7 @@ void AutoRouter::SettleLocked(Peer& p, Clock::time_point at) {
 }
 
 AutoChoice AutoRouter::Choose(const std::vector<int32_t>& peers, uint64_t bytes,
-                              bool store_available) {
+                              bool store_available, Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mu_);
   LinkEstimate link;
   bool first = true;
@@ -110,7 +116,7 @@ AutoChoice AutoRouter::Choose(const std::vector<int32_t>& peers, uint64_t bytes,
   request.receivers = static_cast<int>(peers.size());
   request.store_available = store_available;
   AutoPolicyOptions policy = policy_;
-  if (store_write_Bps_ > 0) policy.store_local_Bps = store_write_Bps_;
+  if (store_write_s_per_byte_ > 0) policy.store_local_Bps = 1 / store_write_s_per_byte_;
   AutoChoice choice = ChooseAutoPath(link, request, policy);
   if (peers.size() == 1 && bytes >= kProbeMinBytes) {
     Peer& p = PeerLocked(peers[0]);
@@ -118,10 +124,15 @@ AutoChoice AutoRouter::Choose(const std::vector<int32_t>& peers, uint64_t bytes,
       p.explore_epoch = p.estimator.path_changes();
       p.explorations = 0;
     }
-    if (++p.since_explore >= kExploreSpacing && p.explorations < kMaxExplorations) {
+    if (p.explore_out && now - p.explore_sent >= kExploreResultWait) p.explore_out = false;
+    p.since_explore = std::min(p.since_explore + 1, kExploreSpacing);
+    if (p.since_explore >= kExploreSpacing && !p.explore_out && p.explorations < kMaxExplorations) {
       if (auto alt = ExploreAutoPath(link, request, choice, policy)) {
         p.since_explore = 0;
         ++p.explorations;
+        p.explore_out = true;
+        p.explore_path = alt->path;
+        p.explore_sent = now;
         choice = std::move(*alt);
       }
     }

@@ -38,7 +38,7 @@ class AutoRouter {
                   Clock::time_point at = Clock::now());
   // One of this party's own writes to the store (the upload of an object
   // and its presign, before its stub goes out): the store path's write leg,
-  // the same for every peer. Once one of kProbeMinBytes or more is
+  // the same for every peer. Once one of kStoreWriteMinBytes or more is
   // measured, their smoothed rate replaces the policy's fitted
   // store_local_Bps (600 MB/s, which made the store path look 2-3x slower
   // than it was on geo-proximal and loopback, where rank 0 writes to its
@@ -59,7 +59,10 @@ class AutoRouter {
   // has a rate from few transfers and is predicted close to the chosen
   // one, goes over it instead, at most kMaxExplorations times per peer and
   // path (a new path, LinkEstimator::path_changes, starts again).
-  AutoChoice Choose(const std::vector<int32_t>& peers, uint64_t bytes, bool store_available);
+  // One exploration at a time: the next waits for the last one's sample
+  // (an OnTransfer over its path) or kExploreResultWait.
+  AutoChoice Choose(const std::vector<int32_t>& peers, uint64_t bytes, bool store_available,
+                    Clock::time_point now = Clock::now());
 
   // True when `peer`'s link should be measured (again) and no echo is out
   // to it: fewer than kStartEchoes answered (the first round trip includes
@@ -118,6 +121,10 @@ class AutoRouter {
   static constexpr uint64_t kInlineProbeBytes = 16ull << 20;
   static constexpr uint64_t kStoreProbeBytes = 32ull << 20;
   static constexpr std::chrono::seconds kProbeWait{5};
+  // An exploring transfer whose sample has not come back within this long
+  // (a receiver that reports no fetch, a transfer too short to measure)
+  // no longer holds the next exploration back.
+  static constexpr std::chrono::seconds kExploreResultWait{10};
 
   LinkEstimate EstimateOf(int32_t peer);
   // The reason of the last choice, "" before the first.
@@ -156,6 +163,13 @@ class AutoRouter {
     int since_explore = 0;    // big single-peer messages since the last exploration
     int explorations = 0;     // on the current path (explore_epoch)
     int explore_epoch = 0;    // estimator.path_changes() they count on
+    // An exploration whose transfer has not reported yet (its path; until
+    // explore_sent + kExploreResultWait): no other goes meanwhile, so
+    // overlapping sends do not spend every exploration before the first
+    // sample is in.
+    bool explore_out = false;
+    AutoPath explore_path = AutoPath::kInline;
+    Clock::time_point explore_sent{};
   };
   Peer& PeerLocked(int32_t peer) { return peers_[peer]; }
   // After an observation: a change the estimator detected re-arms the probe.
@@ -174,13 +188,19 @@ class AutoRouter {
   }
 
   const AutoPolicyOptions policy_;
-  // Weight of a new write in store_write_Bps_ (as the estimator's rates).
+  // Writes smaller than this say more about the store's request latency
+  // than about its rate (the rate is charged per byte). The store probe
+  // (kStoreProbeBytes) is measured.
+  static constexpr uint64_t kStoreWriteMinBytes = 8ull << 20;
+  // Weight of a new write in store_write_s_per_byte_ (as the estimator's
+  // rates). Smoothed as time per byte, so one write into a warm page cache
+  // at 10x the rate moves the figure as little as one 10x slower write.
   static constexpr double kWriteGain = 0.25;
   std::mutex mu_;
   std::condition_variable settled_;
   std::map<int32_t, Peer> peers_;
   std::string last_reason_;
-  double store_write_Bps_ = 0;  // 0 = none measured
+  double store_write_s_per_byte_ = 0;  // 0 = none measured
 };
 
 }  // namespace xsilo

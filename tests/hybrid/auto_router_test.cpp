@@ -348,9 +348,8 @@ TEST(AutoRouter, APeerPastItsWaitIsNotProbed) {
 
 // geo-proximal medium in the last pass of results/p2p-auto-all-v3: one slow
 // store probe (191 MB/s) kept every message inline (99 ms) where the store
-// took 31 ms. Every other message now explores the store; its third
-// transfer at the store's real rate replaces the probe's figure (the
-// estimator's change detection), and the store is chosen from then on.
+// took 31 ms. The second message now explores the store, and the store is
+// chosen from then on.
 TEST(AutoRouter, ASlowStoreProbeIsCorrectedByExploring) {
   constexpr double kRtt = 0.00173;
   const uint64_t medium = 20656 * 1024;  // 19.7 MiB
@@ -363,14 +362,18 @@ TEST(AutoRouter, ASlowStoreProbeIsCorrectedByExploring) {
   for (int i = 0; i < 16; ++i) {
     const AutoChoice c = r.Choose({1}, medium, true);
     const bool exploring = r.last_reason().find("exploring") != std::string::npos;
-    paths += c.path == AutoPath::kStore ? (exploring ? 'E' : 'S') : (exploring ? '?' : 'I');
+    paths += c.path == AutoPath::kStore ? (exploring ? 'E' : 'S') : (exploring ? 'X' : 'I');
     if (c.path == AutoPath::kStore) {
       r.OnTransfer(1, medium, took(medium, 700e6), 32);
     } else {
       r.OnTransfer(1, medium, took(medium, 207e6), 1);
     }
   }
-  EXPECT_EQ(paths, "IEIEIESSSSSSSSSS");
+  // E: the store explored; its sample, 3.7x the probe's figure, replaces
+  // that young figure at once, and the store wins from then on. X: inline
+  // explored once from the store (predicted within 2x, its figure from
+  // two transfers), agreeing: trusted, no more exploring.
+  EXPECT_EQ(paths, "IESXSSSSSSSSSSSS");
   EXPECT_NEAR(r.EstimateOf(1).aggregate_Bps, 700e6, 1e6);
 }
 
@@ -388,11 +391,15 @@ TEST(AutoRouter, ExplorationIsBoundedPerPath) {
   };
   probes(1);
   probes(2);
+  // Each choice past kExploreResultWait of the one before: an exploration
+  // whose sample never came back holds the next one back no longer.
+  auto now = AutoRouter::Clock::now();
   auto count_explorations = [&](const std::vector<int32_t>& peers, int choices,
                                 uint64_t bytes = 20 * kMiB) {
     int n = 0;
     for (int i = 0; i < choices; ++i) {
-      r.Choose(peers, bytes, true);
+      now += AutoRouter::kExploreResultWait;
+      r.Choose(peers, bytes, true, now);
       n += r.last_reason().find("exploring") != std::string::npos;
     }
     return n;
@@ -418,7 +425,38 @@ TEST(AutoRouter, ExplorationIsBoundedPerPath) {
 // results/p2p-auto-all-v4, where rank 0 writes to its embedded server's
 // directory at several GB/s. With the fitted 600 MB/s the store was
 // predicted at 69-80 ms (it took 33-35) and inline, 103 ms, was explored
-// as within 1.5x of it; with the writes measured it is neither.
+// as within 2x of it; with the writes measured it is neither.
+// Overlapping sends: an exploration's sample comes back after the next
+// choices are made. No second exploration goes until the first one's
+// transfer over its path reported (or kExploreResultWait passed), so a
+// right prediction costs what the docs say however deep the queue.
+TEST(AutoRouter, OneExplorationAtATime) {
+  constexpr double kRtt = 0.00173;
+  const uint64_t medium = 20 * kMiB;
+  AutoRouter r;
+  for (int i = 0; i < 5; ++i) r.OnRtt(1, kRtt);
+  r.OnTransfer(1, 16 * kMiB, kRtt + 16 * kMiB / 207e6, 1);
+  r.OnTransfer(1, 32 * kMiB, kRtt + 32 * kMiB / 191e6, 32);
+  const auto t0 = AutoRouter::Clock::now();
+  std::string paths;
+  auto choose = [&](AutoRouter::Clock::time_point at) {
+    const AutoChoice c = r.Choose({1}, medium, true, at);
+    paths += c.path == AutoPath::kStore ? 'S' : 'I';
+  };
+  for (int i = 0; i < 6; ++i) choose(t0);
+  EXPECT_EQ(paths, "ISIIII") << "the store's sample is not in yet";
+  r.OnTransfer(1, medium, kRtt + medium / 207e6, 1);  // an inline send's: not the store's
+  choose(t0);
+  EXPECT_EQ(paths.back(), 'I');
+  r.OnTransfer(1, medium, kRtt + medium / 191e6, 32);  // the store's, agreeing
+  choose(t0);
+  EXPECT_EQ(paths.back(), 'S') << "the next exploration";
+  choose(t0);
+  choose(t0 + AutoRouter::kExploreResultWait);
+  EXPECT_EQ(paths.substr(paths.size() - 2), "IS")
+      << "its sample never came: waited for long enough";
+}
+
 TEST(AutoRouter, MeasuredStoreWritesReplaceTheFittedRate) {
   constexpr double kRtt = 0.00173;
   const uint64_t medium = 20656 * 1024;  // 19.7 MiB
@@ -431,24 +469,28 @@ TEST(AutoRouter, MeasuredStoreWritesReplaceTheFittedRate) {
   const double fitted_s = c.store_s;
   EXPECT_NEAR(fitted_s, 3 * kRtt + medium / 600e6 + medium / 700e6, 1e-4);
   EXPECT_EQ(r.Choose({1}, medium, true).path, AutoPath::kInline) << r.last_reason();
-  EXPECT_NE(r.last_reason().find("exploring"), std::string::npos) << "inline within 1.5x";
+  EXPECT_NE(r.last_reason().find("exploring"), std::string::npos) << "inline within 2x";
+  // Its sample: one-stream now from 2 transfers, still young, so inline
+  // would be explored again while predicted within 2x of the store.
+  r.OnTransfer(1, medium, kRtt + medium / 204e6, 1);
   EXPECT_EQ(r.store_write_Bps(), 0);
 
-  r.OnStoreWrite(512 << 10, 0.0001);  // below kProbeMinBytes: tells nothing
+  r.OnStoreWrite(4 << 20, 0.0001);  // below kStoreWriteMinBytes: mostly latency
   r.OnStoreWrite(medium, 0);
   r.OnStoreWrite(medium, std::nan(""));
   EXPECT_EQ(r.store_write_Bps(), 0);
   r.OnStoreWrite(medium, medium / 3.5e9);
   EXPECT_NEAR(r.store_write_Bps(), 3.5e9, 1e3);
   r.OnStoreWrite(medium, medium / 1.5e9);
-  EXPECT_NEAR(r.store_write_Bps(), 3.0e9, 1e3) << "smoothed, gain 1/4";
+  // Smoothed as seconds per byte, gain 1/4: 1 / (0.75 / 3.5e9 + 0.25 / 1.5e9).
+  EXPECT_NEAR(r.store_write_Bps(), 2.625e9, 1e3);
   for (int i = 0; i < 10; ++i) {
     c = r.Choose({1}, medium, true);
     EXPECT_EQ(c.path, AutoPath::kStore) << r.last_reason();
     EXPECT_EQ(r.last_reason().find("exploring"), std::string::npos) << r.last_reason();
   }
-  EXPECT_NEAR(c.store_s, 3 * kRtt + medium / 3.0e9 + medium / 700e6, 1e-4);
-  EXPECT_NE(r.last_reason().find("(writes at 3000 MB/s)"), std::string::npos) << r.last_reason();
+  EXPECT_NEAR(c.store_s, 3 * kRtt + medium / 2.625e9 + medium / 700e6, 1e-4);
+  EXPECT_NE(r.last_reason().find("(writes at 2625 MB/s)"), std::string::npos) << r.last_reason();
 }
 
 TEST(AutoBackend, IsRegisteredAndRefusesAThreshold) {

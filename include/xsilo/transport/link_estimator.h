@@ -25,7 +25,12 @@ struct LinkEstimatorOptions {
   double change_factor = 2;
   // That many consecutive departing samples, all on the same side, are a
   // change of the link: the figure restarts from their mean and the link is
-  // to be measured again. Default 3.
+  // to be measured again. Default 3. A throughput figure from fewer
+  // samples than this is young: a sample change_factor or more above it
+  // replaces it at once (noise only slows a transfer, so its first
+  // measurements were slowed), and departing samples below it replace it
+  // as above but count as no change of the link (its first measurement
+  // was bad).
   int change_samples = 3;
   // Transfers of fewer bytes tell nothing about throughput. Default 256 KiB.
   uint64_t min_transfer_bytes = 256ull << 10;
@@ -87,8 +92,10 @@ class LinkEstimator {
     std::vector<double> departing;  // consecutive departing samples
     int departing_side = 0;         // +1 above, -1 below
   };
-  // Adds `x` to `f`; true when it completed a change.
-  bool Add(Figure* f, double x, double gain);
+  // Adds `x` to `f`; true when it completed a change. With young_rises, a
+  // sample change_factor or more above a figure from fewer than
+  // change_samples samples replaces it at once (throughput: see Add).
+  bool Add(Figure* f, double x, double gain, bool young_rises = false);
   void NoteChange(const char* what, double before, double after, const char* unit, double scale);
 
   LinkEstimatorOptions options_;

@@ -174,9 +174,12 @@ AutoChoice ChooseAutoPath(const LinkEstimate& link, const AutoRequest& request,
   reason += ", predicted inline " + Seconds(choice.inline_s);
   if (costs.streams > 1)
     reason += ", striped(" + std::to_string(costs.streams) + ") " + Seconds(striped_s);
-  reason += request.store_available
-                ? ", store " + Seconds(store_s) + " (writes at " + Rate(o.store_local_Bps) + ")"
-                : ", no store";
+  if (request.store_available) {
+    reason += ", store " + Seconds(store_s);
+    if (Positive(o.store_local_Bps)) reason += " (writes at " + Rate(o.store_local_Bps) + ")";
+  } else {
+    reason += ", no store";
+  }
   reason += "; link " + Seconds(link.rtt_s) + " RTT, one stream " + Rate(link.one_stream_Bps) +
             ", " + Rate(link.aggregate_Bps) + " with " + std::to_string(link.aggregate_streams) +
             " streams";

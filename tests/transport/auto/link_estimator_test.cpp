@@ -95,11 +95,32 @@ TEST(LinkEstimator, SizesAbove32BitsAreExact) {
 TEST(LinkEstimator, LoneOutlierIsNotSmoothedIn) {
   LinkEstimator e;
   e.AddRtt(At(0), 0.1);
-  e.AddTransfer(At(1), 10 * kMB, 1.1, 1);  // 10 MB/s
-  e.AddTransfer(At(2), 10 * kMB, 0.2, 1);  // 100 MB/s: departs
-  EXPECT_DOUBLE_EQ(e.estimate().one_stream_Bps, 10e6);
+  for (int i = 0; i < 3; ++i) e.AddTransfer(At(1), 10 * kMB, 1.1, 1);  // 10 MB/s, trusted
+  for (double s : {0.2, 4.1}) {  // 100 MB/s and 2.5 MB/s: each departs alone
+    e.AddTransfer(At(2), 10 * kMB, s, 1);
+    EXPECT_DOUBLE_EQ(e.estimate().one_stream_Bps, 10e6) << s;
+  }
   e.AddTransfer(At(3), 12 * kMB, 1.1, 1);  // 12 MB/s: smoothed in
   EXPECT_DOUBLE_EQ(e.estimate().one_stream_Bps, 10.5e6);
+  EXPECT_EQ(e.changes(), 0);
+}
+
+// A young throughput figure (fewer than change_samples samples) and a
+// much faster sample: noise only slows a transfer, so the first
+// measurement was the slowed one and the faster sample replaces it at once.
+TEST(LinkEstimator, AFasterSampleReplacesAYoungFigure) {
+  LinkEstimator e;
+  e.AddRtt(At(0), 0.1);
+  e.AddTransfer(At(1), 10 * kMB, 4.1, 1);  // 2.5 MB/s: a slowed probe
+  e.AddTransfer(At(2), 10 * kMB, 1.1, 1);  // 10 MB/s
+  EXPECT_DOUBLE_EQ(e.estimate().one_stream_Bps, 10e6);
+  EXPECT_EQ(e.estimate().one_stream_samples, 2);
+  EXPECT_EQ(e.changes(), 0);
+  EXPECT_EQ(e.RemeasureReason(At(2)), kNoParallelProbe);
+  // The same for the aggregate figure.
+  e.AddTransfer(At(3), 40 * kMB, 2.1, 8);  // 20 MB/s
+  e.AddTransfer(At(4), 40 * kMB, 0.3, 8);  // 200 MB/s
+  EXPECT_DOUBLE_EQ(e.estimate().aggregate_Bps, 200e6);
   EXPECT_EQ(e.changes(), 0);
 }
 
@@ -122,10 +143,29 @@ TEST(LinkEstimator, SustainedDepartureIsAChange) {
   EXPECT_EQ(e.changes(), 1);
 }
 
+// A young throughput figure that three slower transfers in a row depart
+// from is replaced like any figure, but that corrects a bad first
+// measurement: it is no change of the link and asks for no new one.
+TEST(LinkEstimator, AYoungFigureIsCorrectedWithoutAChange) {
+  LinkEstimator e;
+  e.AddRtt(At(0), 0.1);
+  e.AddTransfer(At(1), 40 * kMB, 0.3, 8);   // aggregate 200 MB/s
+  e.AddTransfer(At(2), 10 * kMB, 0.35, 1);  // one stream 40 MB/s: one sample
+  for (int i = 0; i < 3; ++i) e.AddTransfer(At(3 + i), 10 * kMB, 1.1, 1);  // 10 MB/s
+  EXPECT_DOUBLE_EQ(e.estimate().one_stream_Bps, 10e6);
+  EXPECT_EQ(e.estimate().one_stream_samples, 3);
+  EXPECT_EQ(e.changes(), 0);
+  EXPECT_EQ(e.RemeasureReason(At(6)), "");
+  // Trusted now: the same departure is a change.
+  for (int i = 0; i < 3; ++i) e.AddTransfer(At(7 + i), 10 * kMB, 4.1, 1);
+  EXPECT_EQ(e.changes(), 1);
+  EXPECT_DOUBLE_EQ(e.estimate().one_stream_Bps, 2.5e6);
+}
+
 TEST(LinkEstimator, DeparturesOnBothSidesAreNoChange) {
   LinkEstimator e;
   e.AddRtt(At(0), 0.1);
-  e.AddTransfer(At(1), 10 * kMB, 1.1, 1);  // 10 MB/s
+  for (int i = 0; i < 3; ++i) e.AddTransfer(At(1), 10 * kMB, 1.1, 1);  // 10 MB/s, trusted
   for (double s : {0.2, 4.1, 0.2, 4.1, 0.2, 4.1}) e.AddTransfer(At(2), 10 * kMB, s, 1);
   EXPECT_EQ(e.changes(), 0);
   EXPECT_DOUBLE_EQ(e.estimate().one_stream_Bps, 10e6);
