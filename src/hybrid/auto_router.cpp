@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 namespace xsilo {
 
@@ -27,11 +28,17 @@ void AutoRouter::OnTransfer(int32_t peer, uint64_t bytes, double seconds, int st
                             Clock::time_point at) {
   std::lock_guard<std::mutex> lock(mu_);
   Peer& p = PeerLocked(peer);
+  auto figure = [&] {
+    const LinkEstimate e = p.estimator.estimate();
+    return streams > 1 ? e.aggregate_Bps : e.one_stream_Bps;
+  };
+  const double before = figure();
   p.estimator.AddTransfer(at, bytes, seconds, streams);
   // The result of an exploration over that path (a store transfer, or a
   // striped one, reports several streams).
   if (p.explore_out && (p.explore_path == AutoPath::kStore) == (streams > 1)) {
     p.explore_out = false;
+    if (!(figure() > before)) (streams > 1 ? p.store_confirmed : p.inline_confirmed) = true;
   }
   AfterObservationLocked(p, at);
 }
@@ -123,11 +130,16 @@ AutoChoice AutoRouter::Choose(const std::vector<int32_t>& peers, uint64_t bytes,
     if (p.explore_epoch != p.estimator.path_changes()) {
       p.explore_epoch = p.estimator.path_changes();
       p.explorations = 0;
+      p.store_confirmed = p.inline_confirmed = false;
     }
     if (p.explore_out && now - p.explore_sent >= kExploreResultWait) p.explore_out = false;
     p.since_explore = std::min(p.since_explore + 1, kExploreSpacing);
     if (p.since_explore >= kExploreSpacing && !p.explore_out && p.explorations < kMaxExplorations) {
-      if (auto alt = ExploreAutoPath(link, request, choice, policy)) {
+      std::optional<AutoChoice> alt = ExploreAutoPath(link, request, choice, policy);
+      const bool confirmed =
+          alt.has_value() &&
+          (alt->path == AutoPath::kStore ? p.store_confirmed : p.inline_confirmed);
+      if (alt.has_value() && !confirmed) {
         p.since_explore = 0;
         ++p.explorations;
         p.explore_out = true;

@@ -60,7 +60,9 @@ class AutoRouter {
   // one, goes over it instead, at most kMaxExplorations times per peer and
   // path (a new path, LinkEstimator::path_changes, starts again).
   // One exploration at a time: the next waits for the last one's sample
-  // (an OnTransfer over its path) or kExploreResultWait.
+  // (an OnTransfer over its path) or kExploreResultWait. A sample that did
+  // not raise its path's figure ends exploring that path (until a new
+  // path): it confirmed the choice.
   AutoChoice Choose(const std::vector<int32_t>& peers, uint64_t bytes, bool store_available,
                     Clock::time_point now = Clock::now());
 
@@ -170,6 +172,10 @@ class AutoRouter {
     bool explore_out = false;
     AutoPath explore_path = AutoPath::kInline;
     Clock::time_point explore_sent{};
+    // An exploration over the store (inline) whose sample did not raise its
+    // figure: the path is no faster than believed, so (predicted slower
+    // than the chosen one) it is not explored again on this path.
+    bool store_confirmed = false, inline_confirmed = false;
   };
   Peer& PeerLocked(int32_t peer) { return peers_[peer]; }
   // After an observation: a change the estimator detected re-arms the probe.

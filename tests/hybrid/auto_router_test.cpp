@@ -371,8 +371,9 @@ TEST(AutoRouter, ASlowStoreProbeIsCorrectedByExploring) {
   }
   // E: the store explored; its sample, 3.7x the probe's figure, replaces
   // that young figure at once, and the store wins from then on. X: inline
-  // explored once from the store (predicted within 2x, its figure from
-  // two transfers), agreeing: trusted, no more exploring.
+  // explored once from the store (predicted within 1.5x, its figure from
+  // two transfers); its sample does not raise the figure: confirmed, no
+  // more exploring.
   EXPECT_EQ(paths, "IESXSSSSSSSSSSSS");
   EXPECT_NEAR(r.EstimateOf(1).aggregate_Bps, 700e6, 1e6);
 }
@@ -425,7 +426,7 @@ TEST(AutoRouter, ExplorationIsBoundedPerPath) {
 // results/p2p-auto-all-v4, where rank 0 writes to its embedded server's
 // directory at several GB/s. With the fitted 600 MB/s the store was
 // predicted at 69-80 ms (it took 33-35) and inline, 103 ms, was explored
-// as within 2x of it; with the writes measured it is neither.
+// as within 1.5x of it; with the writes measured it is neither.
 // Overlapping sends: an exploration's sample comes back after the next
 // choices are made. No second exploration goes until the first one's
 // transfer over its path reported (or kExploreResultWait passed), so a
@@ -448,13 +449,40 @@ TEST(AutoRouter, OneExplorationAtATime) {
   r.OnTransfer(1, medium, kRtt + medium / 207e6, 1);  // an inline send's: not the store's
   choose(t0);
   EXPECT_EQ(paths.back(), 'I');
-  r.OnTransfer(1, medium, kRtt + medium / 191e6, 32);  // the store's, agreeing
+  r.OnTransfer(1, medium, kRtt + medium / 250e6, 32);  // the store's, raising its figure
   choose(t0);
   EXPECT_EQ(paths.back(), 'S') << "the next exploration";
   choose(t0);
   choose(t0 + AutoRouter::kExploreResultWait);
   EXPECT_EQ(paths.substr(paths.size() - 2), "IS")
       << "its sample never came: waited for long enough";
+}
+
+// On loopback the store is predicted within 1.5x of inline for Big, and
+// its first fetch of a big object is slower still (556 ms against 130
+// inline in results/p2p-auto-all-v6). One exploration shows it: a sample
+// that does not raise the store's figure ends exploring the store, where
+// before it was tried up to three times per link.
+TEST(AutoRouter, AnExplorationThatConfirmsTheChoiceIsTheLast) {
+  constexpr double kRtt = 0.0005;
+  const uint64_t big = 253 * kMiB;
+  AutoRouter r;
+  for (int i = 0; i < 5; ++i) r.OnRtt(1, kRtt);
+  // inline predicted 222 ms, the store 318 ms (1.43x)
+  r.OnTransfer(1, 16 * kMiB, kRtt + 16 * kMiB / 1200e6, 1);
+  r.OnTransfer(1, 32 * kMiB, kRtt + 32 * kMiB / 1300e6, 32);
+  r.OnStoreWrite(32 * kMiB, 32 * kMiB / 2400e6);
+  std::string paths;
+  for (int i = 0; i < 20; ++i) {
+    const AutoChoice c = r.Choose({1}, big, true);
+    paths += c.path == AutoPath::kStore ? 'S' : 'I';
+    if (c.path == AutoPath::kStore) {
+      r.OnTransfer(1, big, kRtt + big / 480e6, 32);  // slower than the figure
+    } else {
+      r.OnTransfer(1, big, kRtt + big / 1200e6, 1);
+    }
+  }
+  EXPECT_EQ(paths, "ISIIIIIIIIIIIIIIIIII");
 }
 
 TEST(AutoRouter, MeasuredStoreWritesReplaceTheFittedRate) {
@@ -469,10 +497,11 @@ TEST(AutoRouter, MeasuredStoreWritesReplaceTheFittedRate) {
   const double fitted_s = c.store_s;
   EXPECT_NEAR(fitted_s, 3 * kRtt + medium / 600e6 + medium / 700e6, 1e-4);
   EXPECT_EQ(r.Choose({1}, medium, true).path, AutoPath::kInline) << r.last_reason();
-  EXPECT_NE(r.last_reason().find("exploring"), std::string::npos) << "inline within 2x";
-  // Its sample: one-stream now from 2 transfers, still young, so inline
-  // would be explored again while predicted within 2x of the store.
-  r.OnTransfer(1, medium, kRtt + medium / 204e6, 1);
+  EXPECT_NE(r.last_reason().find("exploring"), std::string::npos) << "inline within 1.5x";
+  // Its sample, a little faster than the figure (blended in, so inline is
+  // not confirmed): one-stream now from 2 transfers, still young, so inline
+  // would be explored again while predicted within 1.5x of the store.
+  r.OnTransfer(1, medium, kRtt + medium / 230e6, 1);
   EXPECT_EQ(r.store_write_Bps(), 0);
 
   r.OnStoreWrite(4 << 20, 0.0001);  // below kStoreWriteMinBytes: mostly latency

@@ -70,11 +70,11 @@ struct AutoPolicyOptions {
   double lan_rtt_s = 0.002;
   // Exploration (ExploreAutoPath): a path whose rate figure comes from
   // fewer than `trusted_samples` transfers is tried in place of the chosen
-  // one when predicted within `explore_factor` of it. Defaults 2 and 3
+  // one when predicted within `explore_factor` of it. Defaults 1.5 and 3
   // (LinkEstimatorOptions::change_samples: from then on a figure that is
   // wrong is corrected by the estimator's change detection). An
   // explore_factor below 1 (or not finite) never explores.
-  double explore_factor = 2;
+  double explore_factor = 1.5;
   int trusted_samples = 3;
 };
 
