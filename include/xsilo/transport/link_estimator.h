@@ -92,10 +92,11 @@ class LinkEstimator {
     std::vector<double> departing;  // consecutive departing samples
     int departing_side = 0;         // +1 above, -1 below
   };
-  // Adds `x` to `f`; true when it completed a change. With young_rises, a
-  // sample change_factor or more above a figure from fewer than
-  // change_samples samples replaces it at once (throughput: see Add).
-  bool Add(Figure* f, double x, double gain, bool young_rises = false);
+  // Adds `x` to `f`; true when it completed a change. With young_rules
+  // (throughput figures), a figure from fewer than change_samples samples
+  // is young: a sample change_factor or more above it replaces it at once,
+  // and departing samples that replace it are no change.
+  bool Add(Figure* f, double x, double gain, bool young_rules = false);
   void NoteChange(const char* what, double before, double after, const char* unit, double scale);
 
   LinkEstimatorOptions options_;

@@ -15,7 +15,7 @@ LinkEstimator::LinkEstimator(LinkEstimatorOptions options) : options_(options) {
   options_.change_samples = std::max(options_.change_samples, 1);
 }
 
-bool LinkEstimator::Add(Figure* f, double x, double gain, bool young_rises) {
+bool LinkEstimator::Add(Figure* f, double x, double gain, bool young_rules) {
   if (f->samples == 0) {
     f->value = x;
     f->samples = 1;
@@ -23,7 +23,8 @@ bool LinkEstimator::Add(Figure* f, double x, double gain, bool young_rises) {
   }
   const double factor = options_.change_factor;
   const int side = x >= f->value * factor ? 1 : (x <= f->value / factor ? -1 : 0);
-  if (side > 0 && young_rises && f->samples < options_.change_samples) {
+  const bool young = young_rules && f->samples < options_.change_samples;
+  if (side > 0 && young) {
     // Noise on a shared machine only slows a transfer down: a much faster
     // sample says the few before it were slowed, not that the link sped up.
     f->value = x;
@@ -47,7 +48,9 @@ bool LinkEstimator::Add(Figure* f, double x, double gain, bool young_rises) {
   f->samples = static_cast<int>(f->departing.size());
   f->departing.clear();
   f->departing_side = 0;
-  return true;
+  // A young figure replaced was a bad first measurement (a slow probe), not
+  // a link that changed: corrected, and nothing to measure again.
+  return !young;
 }
 
 void LinkEstimator::NoteChange(const char* what, double before, double after, const char* unit,
@@ -94,13 +97,9 @@ bool LinkEstimator::AddTransfer(Clock::time_point at, uint64_t bytes, double sec
   last_sample_ = std::max(last_sample_, at);
   Figure& figure = streams == 1 ? one_stream_ : aggregate_;
   const double before = figure.value;
-  // A figure from fewer than change_samples transfers that the departing
-  // samples replace was a bad first measurement (a slow probe), not a link
-  // that changed: corrected, and nothing to measure again.
-  const bool young = figure.samples < options_.change_samples;
-  const bool changed = Add(&figure, rate, options_.rate_gain, /*young_rises=*/true);
-  if (streams > 1 && (figure.departing.empty() || changed)) aggregate_streams_ = streams;
-  if (changed && !young) {
+  const bool changed = Add(&figure, rate, options_.rate_gain, /*young_rules=*/true);
+  if (streams > 1 && figure.departing.empty()) aggregate_streams_ = streams;
+  if (changed) {
     NoteChange(streams == 1 ? "one-stream throughput" : "aggregate throughput", before,
                figure.value, "MB/s", 1e-6);
   }
