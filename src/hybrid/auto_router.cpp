@@ -243,26 +243,36 @@ void AutoRouter::ProbeDone(int32_t peer) {
   SettleLocked(PeerLocked(peer), Clock::now());
 }
 
+bool AutoRouter::SettledLocked(const std::vector<int32_t>& peers, Clock::time_point now,
+                               Clock::time_point* until) {
+  bool settled = true;
+  for (int32_t peer : ProbeSetLocked(peers)) {
+    Peer& p = PeerLocked(peer);
+    if (p.probe == Probe::kSettled || !p.wanted) continue;  // nothing to wait for
+    if (now >= WaitUntil(p)) {
+      // Given up waiting; a probe still running reports later.
+      SettleLocked(p, now);
+      continue;
+    }
+    settled = false;
+    *until = std::min(*until, WaitUntil(p));
+  }
+  return settled;
+}
+
+bool AutoRouter::Settled(const std::vector<int32_t>& peers, Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto until = Clock::time_point::max();
+  return SettledLocked(peers, now, &until);
+}
+
 void AutoRouter::WaitSettled(const std::vector<int32_t>& peers) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     // Every observation wakes this: an echo may shrink the set (a long link
     // showed up) or make a wanted probe due.
-    const auto now = Clock::now();
     auto until = Clock::time_point::max();
-    bool waiting = false;
-    for (int32_t peer : ProbeSetLocked(peers)) {
-      Peer& p = PeerLocked(peer);
-      if (p.probe == Probe::kSettled || !p.wanted) continue;  // nothing to wait for
-      if (now >= WaitUntil(p)) {
-        // Given up waiting; a probe still running reports later.
-        SettleLocked(p, now);
-        continue;
-      }
-      waiting = true;
-      until = std::min(until, WaitUntil(p));
-    }
-    if (!waiting) return;
+    if (SettledLocked(peers, Clock::now(), &until)) return;
     settled_.wait_until(lock, until);
   }
 }

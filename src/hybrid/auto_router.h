@@ -80,8 +80,8 @@ class AutoRouter {
   // path_change_rtt_s) also drops the old rates, so until they are measured
   // again the defaults and the probes by message route. Before its first message of
   // 1 MiB or more to a peer whose start echoes (kStartEchoes) are in, a link
-  // under kProbeMaxRtt gets one inline send of kInlineProbeBytes
-  // (after an unmeasured warm-up) and one store transfer of
+  // under kProbeMaxRtt gets kInlineProbes inline sends of kInlineProbeBytes
+  // (after an unmeasured warm-up; the fastest counts) and one store transfer of
   // kStoreProbeBytes, and the message waits for them; a longer link is
   // learned from the messages themselves (a short probe there measures
   // TCP's slow start, not the link). It runs before the first payload, not
@@ -113,6 +113,8 @@ class AutoRouter {
   // long, then routed by the defaults; a broadcast stops waiting for its
   // unmeasured receivers as soon as one of them shows a long link.
   void WaitSettled(const std::vector<int32_t>& peers);
+  // True when WaitSettled(peers) would return at once.
+  bool Settled(const std::vector<int32_t>& peers, Clock::time_point now = Clock::now());
 
   // Smallest message that waits for its receivers' probe (WantProbe), or,
   // where none ran, probes the store path's rate itself; a smaller one goes
@@ -121,6 +123,8 @@ class AutoRouter {
   static constexpr double kProbeMaxRtt = 0.020;
   static constexpr uint64_t kInlineWarmupBytes = 2ull << 20;
   static constexpr uint64_t kInlineProbeBytes = 16ull << 20;
+  // Inline probe sends; the fastest is the one-stream figure.
+  static constexpr int kInlineProbes = 2;
   static constexpr uint64_t kStoreProbeBytes = 32ull << 20;
   static constexpr std::chrono::seconds kProbeWait{5};
   // An exploring transfer whose sample has not come back within this long
@@ -184,6 +188,10 @@ class AutoRouter {
   void SettleLocked(Peer& p, Clock::time_point at);
   std::vector<int32_t> ProbeSetLocked(const std::vector<int32_t>& peers);
   bool ProbeDueLocked(Peer& p, Clock::time_point now);
+  // WaitSettled's test: false while a peer of ProbeSet(peers) is to be
+  // waited for, with *until the earliest end of those waits.
+  bool SettledLocked(const std::vector<int32_t>& peers, Clock::time_point now,
+                     Clock::time_point* until);
   static Clock::time_point WaitUntil(const Peer& p) {
     return std::max(p.wanted_at, p.first_pong) + kProbeWait;
   }

@@ -21,6 +21,7 @@
 #include <deque>
 #include <future>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -39,12 +40,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Where a send's payload goes, once decided: inline (over `stripe`
+// streams) or to the store.
+struct Route {
+  bool store = false;
+  int stripe = 1;
+};
+
 struct SendJob {
   uint64_t seq;
   std::vector<int32_t> peers;
   bool broadcast;
   Message message;
   SendCallback done;
+  std::optional<Route> route;  // decided when queued; else by the worker
 };
 
 // One uploaded object, shared by every send of the same content.
@@ -233,6 +242,9 @@ class HybridTransport final : public Transport {
     }
     fetcher_ = std::thread([this] { FetchLoop(); });
     reaper_ = std::thread([this] { ReapLoop(); });
+    inner_->SetForwarder([this](Message m, const std::function<bool()>& abandon) {
+      return OnInner(std::move(m), abandon);
+    });
     XSILO_RETURN_IF_ERROR(inner_->Start());
     if (router_) {
       // Rank 0 talks to every client, a client to rank 0.
@@ -251,10 +263,11 @@ class HybridTransport final : public Transport {
       if (stopped_) return;
       stopped_ = true;
     }
-    cv_.notify_all();
+    NotifyAll();
     CloseInbox();  // wakes a fetch blocked on a full queue
     for (auto& t : workers_) t.join();
     inner_->Stop();  // fails the inner sends still in flight; no handler calls after this
+    fetch_queue_.Close();
     if (fetcher_.joinable()) fetcher_.join();
     if (prober_.joinable()) prober_.join();
     if (reaper_.joinable()) reaper_.join();
@@ -300,20 +313,40 @@ class HybridTransport final : public Transport {
   }
 
  private:
+  // Queues a send for the workers, or issues it on the caller's thread
+  // when that costs nothing: its route is known without waiting, it goes
+  // inline, no send is queued or being prepared ahead of it, and it owes
+  // no grants (whose multipart presign is a request to the store). A
+  // message to a peer then takes the same threads as over the inner
+  // transport alone: the hand-off to a worker cost a LAN send of the Small
+  // tier ~0.3 ms (docs/auto.md).
   void Enqueue(std::vector<int32_t> peers, bool broadcast, Message message, SendCallback done) {
+    std::optional<Route> route = RouteNow(message, peers);
     Status s;
+    SendJob direct;
+    bool issue_here = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!started_)
+      if (!started_) {
         s = FailedPrecondition("transport not started");
-      else if (stopped_)
+      } else if (stopped_) {
         s = Cancelled("transport stopped");
-      else
-        jobs_.push_back(
-            {next_seq_++, std::move(peers), broadcast, std::move(message), std::move(done)});
+      } else {
+        const uint64_t seq = next_seq_++;
+        SendJob job{seq, std::move(peers), broadcast, std::move(message), std::move(done), route};
+        issue_here = route && !route->store && jobs_.empty() && next_issue_ == job.seq &&
+                     !GrantsDueLocked(job.peers);
+        if (issue_here)
+          direct = std::move(job);
+        else
+          jobs_.push_back(std::move(job));
+      }
     }
     if (!s.ok()) return done(s);
-    cv_.notify_all();
+    if (!issue_here) return work_cv_.notify_one();
+    const int stripe = route->stripe;
+    Message m = std::move(direct.message);
+    Issue(std::move(direct), std::move(m), stripe);
   }
 
   void SendLoop() {
@@ -321,61 +354,90 @@ class HybridTransport final : public Transport {
       SendJob job;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stopped_ || !jobs_.empty(); });
+        work_cv_.wait(lock, [&] { return stopped_ || !jobs_.empty(); });
         if (stopped_) return;
         job = std::move(jobs_.front());
         jobs_.pop_front();
       }
       int stripe = 1;
-      Result<Message> stub = Offload(std::move(job.message), job.peers, &stripe);
-      // Adaptive over several streams: an inline message says how many it
-      // takes (1, or K when the router stripes it).
-      if (stub.ok() && router_ && hybrid_.stripe_streams > 1 &&
-          !stub->params.count(kHybridKeyParam)) {
-        stub->params[kStripeParam] = static_cast<int64_t>(stripe);
-      }
-      // Hand stubs to the inner transport in submission order, so per-peer
-      // order holds although uploads run in parallel.
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stopped_ || next_issue_ == job.seq; });
-        if (stopped_) {
-          lock.unlock();
-          job.done(Cancelled("transport stopped during the upload"));
-          return;
-        }
-      }
-      if (stub.ok()) SendGrants(job.peers);
-      if (router_) {
-        job.done = [this, peers = job.peers, done = std::move(job.done)](const Status& s) {
-          done(s);
-          if (s.ok()) MaybePing(peers);
-        };
-      }
-      if (!stub.ok()) {
-        job.done(stub.status());
-      } else if (job.broadcast) {
-        inner_->BroadcastAsync(job.peers, std::move(stub).value(), std::move(job.done));
-      } else {
-        SendCallback done = TimeInlineSend(job.peers[0], *stub, stripe, std::move(job.done));
-        inner_->SendAsync(job.peers[0], std::move(stub).value(), std::move(done));
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        ++next_issue_;
-      }
-      cv_.notify_all();
+      Result<Message> stub = Offload(std::move(job.message), job.peers, job.route, &stripe);
+      if (!Issue(std::move(job), std::move(stub), stripe)) return;
     }
   }
 
+  // Hands a prepared send to the inner transport once every send queued
+  // before it was; false when the transport stopped first (the send is
+  // then cancelled).
+  bool Issue(SendJob job, Result<Message> stub, int stripe) {
+    // Adaptive over several streams: an inline message says how many it
+    // takes (1, or K when the router stripes it).
+    if (stub.ok() && router_ && hybrid_.stripe_streams > 1 &&
+        !stub->params.count(kHybridKeyParam)) {
+      stub->params[kStripeParam] = static_cast<int64_t>(stripe);
+    }
+    // Hand stubs to the inner transport in submission order, so per-peer
+    // order holds although uploads run in parallel.
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      turn_cv_.wait(lock, [&] { return stopped_ || next_issue_ == job.seq; });
+      if (stopped_) {
+        lock.unlock();
+        job.done(Cancelled("transport stopped during the upload"));
+        return false;
+      }
+    }
+    if (stub.ok()) SendGrants(job.peers);
+    if (router_) {
+      job.done = [this, peers = job.peers, done = std::move(job.done)](const Status& s) {
+        done(s);
+        if (s.ok()) MaybePing(peers);
+      };
+    }
+    if (!stub.ok()) {
+      job.done(stub.status());
+    } else if (job.broadcast) {
+      inner_->BroadcastAsync(job.peers, std::move(stub).value(), std::move(job.done));
+    } else {
+      SendCallback done = TimeInlineSend(job.peers[0], *stub, stripe, std::move(job.done));
+      inner_->SendAsync(job.peers[0], std::move(stub).value(), std::move(done));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++next_issue_;
+    }
+    turn_cv_.notify_all();
+    return true;
+  }
+
+  // The route of a send when it is known without waiting or uploading:
+  // by the threshold, inline when no tensor reaches it (larger ones are
+  // for a worker: Offload); adaptive, the router's choice once the probes
+  // the message would wait for are settled.
+  std::optional<Route> RouteNow(const Message& m, const std::vector<int32_t>& peers) {
+    if (!router_) {
+      if (!connector_ && peers.size() != 1) return Route{};
+      for (const auto& [name, t] : m.tensors) {
+        if (t.nbytes() > 0 && t.nbytes() >= hybrid_.threshold_bytes) return std::nullopt;
+      }
+      return Route{};
+    }
+    return ChooseRoute(m, peers, /*wait=*/false);
+  }
+
   // Moves big tensors to the connector (once per content) and returns the
-  // stub that crosses the control plane.
-  // Adaptive: *stripe is the streams an inline send takes.
-  Result<Message> Offload(Message m, const std::vector<int32_t>& peers, int* stripe) {
+  // stub that crosses the control plane. `route`, when decided already
+  // (RouteNow), says where the payload goes; adaptive, it is decided here
+  // otherwise, after the probes it waits for. *stripe is the streams an
+  // inline send takes.
+  Result<Message> Offload(Message m, const std::vector<int32_t>& peers, std::optional<Route> route,
+                          int* stripe) {
     const size_t receivers = peers.size();
     if (!connector_ && receivers != 1) return m;  // no storage access: inline
-    uint64_t threshold = hybrid_.threshold_bytes;
-    if (router_) threshold = AdaptiveThreshold(m, peers, stripe);
+    if (router_ && !route) route = ChooseRoute(m, peers, /*wait=*/true);
+    if (route) *stripe = route->stripe;
+    if (route && !route->store) return m;
+    // Adaptive: all of the payload goes to the store.
+    const uint64_t threshold = route ? 1 : hybrid_.threshold_bytes;
     TensorMap big;
     for (auto it = m.tensors.begin(); it != m.tensors.end();) {
       if (it->second.nbytes() > 0 && it->second.nbytes() >= threshold) {
@@ -549,15 +611,18 @@ class HybridTransport final : public Transport {
     if (!url.empty()) m->params[kHybridUrlParam] = url;
   }
 
-  // Adaptive: the whole payload goes inline (UINT64_MAX) or to the store (1)
-  // as the router picks from the receivers' links.
-  uint64_t AdaptiveThreshold(const Message& m, const std::vector<int32_t>& peers, int* stripe) {
+  // Adaptive: the whole payload goes inline or to the store as the router
+  // picks from the receivers' links. A message that would wait for their
+  // probes (or echoes) waits with `wait`, else has no route yet (nullopt;
+  // a worker routes it then).
+  std::optional<Route> ChooseRoute(const Message& m, const std::vector<int32_t>& peers, bool wait) {
+    if (!connector_ && peers.size() != 1) return Route{};  // no storage access: inline
     const uint64_t bytes = m.payload_bytes();
     // An echo goes ahead of a small message only; after a big one it goes
-    // when the send completes (SendLoop): queued ahead of a Large message on
+    // when the send completes (Issue): queued ahead of a Large message on
     // loopback, an echo made that message ~350 ms slower (docs/auto.md).
     if (bytes < AutoRouter::kProbeMinBytes) MaybePing(peers);
-    if (bytes == 0) return UINT64_MAX;
+    if (bytes == 0) return Route{};
     bool store = connector_ != nullptr;
     if (!store) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -568,7 +633,11 @@ class HybridTransport final : public Transport {
       const std::vector<int32_t> probed = router_->ProbeSet(peers);
       const auto start = Clock::now();
       for (int32_t p : router_->WantProbe(probed)) StartProbe(p);
-      router_->WaitSettled(peers);  // ProbeSet again at every echo
+      if (!wait) {
+        if (!router_->Settled(peers)) return std::nullopt;
+      } else {
+        router_->WaitSettled(peers);  // ProbeSet again at every echo
+      }
       const double waited = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
       if (DebugLog() && waited >= 1) {
         std::cerr << "xsilo " << name_ << " rank " << rank() << ": waited " << waited
@@ -583,8 +652,10 @@ class HybridTransport final : public Transport {
                                       : std::to_string(peers.size()) + " ranks")
                 << ": " << c.reason << "\n";
     }
-    *stripe = c.path == AutoPath::kStriped ? c.streams : 1;
-    return c.path == AutoPath::kStore ? 1 : UINT64_MAX;
+    Route r;
+    r.store = c.path == AutoPath::kStore;
+    r.stripe = c.path == AutoPath::kStriped ? c.streams : 1;
+    return r;
   }
 
   static AutoPolicyOptions StripePolicy(int max_streams) {
@@ -620,7 +691,7 @@ class HybridTransport final : public Transport {
       if (!stopped_) {
         probe_queue_.push_back(peer);
         if (!prober_.joinable()) prober_ = std::thread([this] { ProbeLoop(); });
-        cv_.notify_all();
+        probe_cv_.notify_all();
         return;
       }
     }
@@ -632,7 +703,7 @@ class HybridTransport final : public Transport {
       int32_t peer;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stopped_ || !probe_queue_.empty(); });
+        probe_cv_.wait(lock, [&] { return stopped_ || !probe_queue_.empty(); });
         if (stopped_) break;
         peer = probe_queue_.front();
         probe_queue_.pop_front();
@@ -653,16 +724,23 @@ class HybridTransport final : public Transport {
   // inline one follows an unmeasured warm-up send: the first bytes on a
   // fresh connection pay for its flow-control windows and the receiver's
   // first buffers, which no later message does.
+  // The inline send goes kInlineProbes times and the fastest counts: one
+  // slow spell of the machine during a single send read 163-349 MB/s for
+  // a stream of ~1000-1700 (docs/auto.md, "The probe").
   void ProbeLink(int32_t peer) {
     if (!SendProbeInline(peer, AutoRouter::kInlineWarmupBytes).ok()) return;
-    auto seconds = SendProbeInline(peer, AutoRouter::kInlineProbeBytes);
-    if (!seconds.ok()) return;
-    router_->OnTransfer(peer, AutoRouter::kInlineProbeBytes, *seconds, 1);
-    if (DebugLog()) {
-      std::cerr << "xsilo " << name_ << " rank " << rank() << " -> rank " << peer
-                << ": inline probe of " << AutoRouter::kInlineProbeBytes << " bytes took "
-                << *seconds * 1e3 << " ms\n";
+    double fastest = std::numeric_limits<double>::infinity();
+    for (int i = 0; i < AutoRouter::kInlineProbes; ++i) {
+      auto seconds = SendProbeInline(peer, AutoRouter::kInlineProbeBytes);
+      if (!seconds.ok()) return;
+      if (DebugLog()) {
+        std::cerr << "xsilo " << name_ << " rank " << rank() << " -> rank " << peer
+                  << ": inline probe of " << AutoRouter::kInlineProbeBytes << " bytes took "
+                  << *seconds * 1e3 << " ms\n";
+      }
+      fastest = std::min(fastest, *seconds);
     }
+    router_->OnTransfer(peer, AutoRouter::kInlineProbeBytes, fastest, 1);
     if (connector_ && !stopping()) ProbeStore(peer);
   }
 
@@ -704,8 +782,8 @@ class HybridTransport final : public Transport {
     MakeStub(&stub, key, payload.checksum, prepared.blocks, stored->url);
     inner_->SendAsync(peer, std::move(stub), [](const Status&) {});
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, kStoreProbeTimeout,
-                 [&] { return stopped_ || probes_out_.count(key.id) == 0; });
+    probe_cv_.wait_for(lock, kStoreProbeTimeout,
+                       [&] { return stopped_ || probes_out_.count(key.id) == 0; });
     if (probes_out_.count(key.id) == 0) return;  // fetched: the ack evicted it
     // Not fetched (the peer failed, or we stop): the object is ours to drop.
     probes_out_.erase(key.id);
@@ -786,10 +864,23 @@ class HybridTransport final : public Transport {
     return m;
   }
 
+  bool IssuesGrants() const {
+    return hybrid_.grant_uploads && connector_ && connector_->presigned();
+  }
+
+  // True when a send to `peers` would grant one of them a fresh upload key.
+  bool GrantsDueLocked(const std::vector<int32_t>& peers) {
+    if (!IssuesGrants()) return false;
+    for (int32_t p : peers) {
+      if (issued_per_peer_[p] < kGrantsPerPeer) return true;
+    }
+    return false;
+  }
+
   // Grants each peer that holds fewer than kGrantsPerPeer a fresh upload key.
   // Sent ahead of the message, on the same ordered channel.
   void SendGrants(const std::vector<int32_t>& peers) {
-    if (!hybrid_.grant_uploads || !connector_ || !connector_->presigned()) return;
+    if (!IssuesGrants()) return;
     for (int32_t p : peers) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -902,7 +993,7 @@ class HybridTransport final : public Transport {
     if (done && connector_) (void)connector_->Evict(done->key);
     // A store probe ends once its object is gone.
     std::lock_guard<std::mutex> lock(mu_);
-    if (probes_out_.erase(*id) > 0) cv_.notify_all();
+    if (probes_out_.erase(*id) > 0) probe_cv_.notify_all();
   }
 
   // Caller holds mu_.
@@ -920,17 +1011,50 @@ class HybridTransport final : public Transport {
     }
   }
 
-  // Reads the inner transport's queue (its bounded inbox gives the inner
-  // senders their backpressure and their abandon-on-stop), counts acks,
-  // rebuilds stubs and delivers them in arrival order.
+  // What the inner transport receives, on its delivery thread. A message
+  // that is neither a stub nor the backend's own goes to the user at once
+  // when nothing received before it waits in the fetch queue (the hop to
+  // the fetcher cost a LAN send of the Small tier ~0.3 ms); everything else
+  // queues for FetchLoop, in arrival order. Blocking here while the queue
+  // (or the user's inbox) is full is the inner senders' backpressure.
+  // `abandon` is the inner deliverer's stop test (inproc: the sender's).
+  Status OnInner(Message m, const std::function<bool()>& abandon) {
+    const bool plain = m.type != kHybridAckType && m.type != kPingType && m.type != kPongType &&
+                       m.type != kGrantType && m.type != kProbeType &&
+                       !m.params.count(kHybridKeyParam);
+    auto given_up = [&] { return stopping() || (abandon && abandon()); };
+    {
+      std::lock_guard<std::mutex> lock(order_mu_);
+      if (plain && fetch_pending_ == 0) return Deliver(std::move(m), given_up);
+      ++fetch_pending_;
+    }
+    Status s = fetch_queue_.Push(std::move(m), given_up);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(order_mu_);
+      --fetch_pending_;
+    }
+    return s;
+  }
+
+  // Reads the fetch queue (OnInner), counts acks, rebuilds stubs and
+  // delivers them in arrival order.
   void FetchLoop() {
     while (!stopping()) {
-      auto next = inner_->Receive(std::chrono::milliseconds(100));
+      auto next = fetch_queue_.Pop(std::chrono::milliseconds(100));
       if (!next.ok()) {
         if (next.status().code() == StatusCode::kTimeout) continue;
-        return;  // inner transport stopped
+        return;  // closed: the transport stops
       }
       Message m = std::move(next).value();
+      // Done with it (delivered, or not) at the end of this pass: a message
+      // received after it may go to the user directly from then on.
+      struct Finished {
+        HybridTransport* t;
+        ~Finished() {
+          std::lock_guard<std::mutex> lock(t->order_mu_);
+          --t->fetch_pending_;
+        }
+      } finished{this};
       if (m.type == kHybridAckType) {
         OnAck(m);
         continue;
@@ -1100,7 +1224,7 @@ class HybridTransport final : public Transport {
   void ReapLoop() {
     const auto tick = std::min<Clock::duration>(hybrid_.ttl / 4, std::chrono::seconds(1));
     std::unique_lock<std::mutex> lock(mu_);
-    while (!cv_.wait_for(lock, tick, [&] { return stopped_; })) {
+    while (!stop_cv_.wait_for(lock, tick, [&] { return stopped_; })) {
       std::vector<std::shared_ptr<Object>> expired;
       auto now = Clock::now();
       for (const auto& [id, obj] : objects_by_id_) {
@@ -1130,6 +1254,13 @@ class HybridTransport final : public Transport {
     return stopped_;
   }
 
+  void NotifyAll() {
+    work_cv_.notify_all();
+    turn_cv_.notify_all();
+    probe_cv_.notify_all();
+    stop_cv_.notify_all();
+  }
+
   const std::shared_ptr<void> keepalive_;  // destroyed last
   const std::unique_ptr<Transport> inner_;
   const std::shared_ptr<Connector> connector_;
@@ -1137,7 +1268,16 @@ class HybridTransport final : public Transport {
   const std::string name_;
 
   std::mutex mu_;
-  std::condition_variable cv_;
+  // One per kind of waiter, so that a send wakes one worker and nothing
+  // else: workers wait for jobs (work_cv_) and for their turn to hand a
+  // stub to the inner transport (turn_cv_), the prober for probes and
+  // their acks (probe_cv_), the reaper only for Stop (stop_cv_).
+  std::condition_variable work_cv_, turn_cv_, probe_cv_, stop_cv_;
+  // Received messages for FetchLoop (OnInner), bounded like an inbox.
+  Inbox fetch_queue_{options_.receive_queue_capacity};
+  // Orders OnInner's direct deliveries after the queued messages.
+  std::mutex order_mu_;
+  uint64_t fetch_pending_ = 0;  // queued or in FetchLoop, not yet done with
   bool started_ = false, stopped_ = false;
   std::deque<SendJob> jobs_;
   uint64_t next_seq_ = 0, next_issue_ = 0;

@@ -20,10 +20,20 @@ void Inbox::SetHandler(MessageHandler handler) {
   for (auto& m : backlog) h(std::move(m));
 }
 
+void Inbox::SetForwarder(MessageForwarder forwarder) {
+  std::lock_guard<std::mutex> lock(mu_);
+  forwarder_ = std::move(forwarder);
+}
+
 Status Inbox::Push(Message message, const std::function<bool()>& abandon) {
   MessageHandler h;
   {
     std::unique_lock<std::mutex> lock(mu_);
+    if (forwarder_) {
+      MessageForwarder f = forwarder_;
+      lock.unlock();
+      return f(std::move(message), abandon);
+    }
     auto ready = [&] { return closed_ || handler_ || queue_.size() < capacity_; };
     if (abandon) {
       // The sender may stop while we wait; poll its flag in short slices.

@@ -50,6 +50,10 @@ class CountingConnector final : public Connector {
   std::string_view type() const override { return inner_->type(); }
   ConnectorConfig config() const override { return inner_->config(); }
   Result<Key> Put(const GatherList& b) override {
+    {
+      std::unique_lock<std::mutex> lock(gate_mu);
+      gate_cv.wait(lock, [&] { return !hold_puts; });
+    }
     ++puts;
     return inner_->Put(b);
   }
@@ -85,9 +89,17 @@ class CountingConnector final : public Connector {
     }
     gate_cv.notify_all();
   }
+  // While held, senders' uploads wait.
+  void HoldPuts(bool hold) {
+    {
+      std::lock_guard<std::mutex> lock(gate_mu);
+      hold_puts = hold;
+    }
+    gate_cv.notify_all();
+  }
   std::mutex gate_mu;
   std::condition_variable gate_cv;
-  bool hold_gets = false;
+  bool hold_gets = false, hold_puts = false;
 
  private:
   std::unique_ptr<Connector> inner_;
@@ -103,6 +115,7 @@ class HybridTest : public ::testing::Test {
   }
   void TearDown() override {
     connector_->HoldGets(false);  // a failed test may leave fetches held
+    connector_->HoldPuts(false);
     for (auto& t : world_) t->Stop();
     std::filesystem::remove_all(dir_);
   }
@@ -154,6 +167,39 @@ TEST_F(HybridTest, BroadcastUploadsOnceAndCleansUpAfterAllAcks) {
   EXPECT_EQ(connector_->gets.load(), 7);
   ASSERT_TRUE(WaitUntil([&] { return ObjectsInDir() == 0; })) << "object left in the store";
   EXPECT_EQ(connector_->evicts.load(), 1);
+}
+
+// An inline message skips the hybrid layer's threads (issued by the
+// caller, delivered by the inner transport's thread) only when nothing is
+// ahead of it: behind an upload still running, or behind a stub whose
+// fetch is still running, it waits its turn.
+TEST_F(HybridTest, InlineMessagesKeepTheirPlaceBehindStubs) {
+  MakeWorld(2, {.threshold_bytes = 1024});
+  auto expect_in_order = [&](int64_t first, int n) {
+    for (int64_t i = first; i < first + n; ++i) {
+      auto got = world_[1]->Receive(30s);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(got->round, i);
+      EXPECT_TRUE(PatternIntact(*got));
+    }
+  };
+  // The sender's upload is held: the small messages after it stay queued.
+  connector_->HoldPuts(true);
+  std::atomic<int> sent{0};
+  auto count = [&](const Status& s) { sent += s.ok() ? 1 : 0; };
+  world_[0]->SendAsync(1, PatternMessage(64 << 10, 1, 0), count);
+  for (int i = 1; i <= 5; ++i) world_[0]->SendAsync(1, PatternMessage(16, 1 + i, i), count);
+  EXPECT_EQ(sent.load(), 0) << "a send completed while the first upload is held";
+  connector_->HoldPuts(false);
+  expect_in_order(0, 6);
+  // The receiver's fetch is held: the small messages that arrived after
+  // the stub (their sends completed: they reached the receiver) wait.
+  connector_->HoldGets(true);
+  ASSERT_TRUE(world_[0]->Send(1, PatternMessage(64 << 10, 20, 10), 30s).ok());
+  for (int i = 11; i <= 15; ++i)
+    ASSERT_TRUE(world_[0]->Send(1, PatternMessage(16, i, i), 30s).ok());
+  connector_->HoldGets(false);
+  expect_in_order(10, 6);
 }
 
 TEST_F(HybridTest, RepeatedSendsOfSamePayloadReuseTheObject) {

@@ -72,5 +72,23 @@ TEST(Inbox, HandlerTakesBacklogThenNewMessages) {
   EXPECT_EQ(inbox.size(), 0u);
 }
 
+// A forwarder takes every message on the pushing thread with the pusher's
+// abandon test, and its outcome is the push's.
+TEST(Inbox, ForwarderTakesMessagesWithThePushersAbandonTest) {
+  Inbox inbox(4);
+  std::vector<int64_t> seen;
+  bool saw_abandon = false;
+  inbox.SetForwarder([&](Message m, const std::function<bool()>& abandon) {
+    seen.push_back(m.round);
+    saw_abandon = abandon && abandon();
+    return m.round == 2 ? Cancelled("refused") : Status::OK();
+  });
+  EXPECT_TRUE(inbox.Push(Numbered(1)).ok());
+  EXPECT_EQ(inbox.Push(Numbered(2), [] { return true; }).code(), StatusCode::kCancelled);
+  EXPECT_TRUE(saw_abandon);
+  EXPECT_EQ(seen, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(inbox.size(), 0u);
+}
+
 }  // namespace
 }  // namespace xsilo

@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <vector>
 
 #include "xsilo/core/codec.h"
@@ -41,18 +42,47 @@ bool ResetPeakRss() {
   return static_cast<bool>(out);
 }
 
-int FreeTcpPort() {
+namespace {
+bool Bindable(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as servers bind
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   ::close(fd);
-  return port;
+  return ok;
+}
+
+// The kernel's first ephemeral port (default 32768).
+int EphemeralLow() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  if (!(in >> low) || low <= 20000) return 32768;
+  return low;
+}
+}  // namespace
+
+// Below the ephemeral range: a port the kernel handed out for bind(0) is
+// from the range every connect() draws from, so that a test's own clients
+// (or a test running alongside) could take it, or the ports next to it,
+// before the server bound it (GrpcUnary, whose rank r listens at port + r,
+// failed with "Address already in use" in 2 of 60 runs).
+int FreeTcpPort(int count) {
+  static std::mt19937 rng(static_cast<uint32_t>(::getpid()) * 2654435761u ^
+                          static_cast<uint32_t>(std::random_device{}()));
+  const int high = EphemeralLow() - count;
+  std::uniform_int_distribution<int> pick(20000, high);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int base = pick(rng);
+    bool free = true;
+    for (int i = 0; i < count && free; ++i) free = Bindable(base + i);
+    if (free) return base;
+  }
+  return 0;
 }
 
 Tensor PatternTensor(uint64_t bytes, uint64_t seed) {

@@ -17,8 +17,9 @@ uint64_t PeakRss();  // VmHWM
 // Returns false where the kernel does not allow it.
 bool ResetPeakRss();
 
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int FreeTcpPort();
+// A TCP port on 127.0.0.1 that was free a moment ago, with the `count` - 1
+// ports after it, chosen below the kernel's ephemeral range (0 if none).
+int FreeTcpPort(int count = 1);
 
 // Starts this binary again (/proc/self/exe, no arguments) with this
 // process's environment plus `assignment` ("NAME=value"), which tells the

@@ -64,6 +64,11 @@ using SendCallback = std::function<void(const Status&)>;
 // an ordinary param.
 inline constexpr const char* kStripeParam = "xsilo.stripe";
 using MessageHandler = std::function<void(Message)>;
+// Takes a received message on the delivering thread, like a handler, but
+// may block: `abandon` (possibly empty) is the deliverer's own stop test,
+// to poll while blocked; the result is the delivery's outcome (Cancelled
+// once abandoned). For transports that decorate another (hybrid).
+using MessageForwarder = std::function<Status(Message, const std::function<bool()>& abandon)>;
 
 // A bounded, closable queue of received Messages with an optional handler.
 // Backends push; users pop. Thread-safe.
@@ -74,6 +79,9 @@ class Inbox {
   // With a handler set, Push hands messages to it (on the pushing thread)
   // instead of queueing; messages already queued are handed over first.
   void SetHandler(MessageHandler handler);
+  // With a forwarder set (before any Push), Push hands every message to it
+  // and returns its result. Takes precedence over a handler.
+  void SetForwarder(MessageForwarder forwarder);
   // Blocks while the queue is full. Cancelled once closed, or once
   // `abandon` (polled while blocked) returns true.
   Status Push(Message message, const std::function<bool()>& abandon = {});
@@ -89,6 +97,7 @@ class Inbox {
   std::condition_variable not_empty_, not_full_;
   std::deque<Message> queue_;
   MessageHandler handler_;
+  MessageForwarder forwarder_;
   bool closed_ = false;
 };
 
@@ -128,6 +137,10 @@ class Transport {
 
   // Routes received messages to `handler` (on a transport thread; keep it short).
   void SetHandler(MessageHandler handler) { inbox_.SetHandler(std::move(handler)); }
+  // Routes received messages to `forwarder` instead of the queue, with the
+  // delivering thread's abandon test (Inbox::SetForwarder). Set it before
+  // Start.
+  void SetForwarder(MessageForwarder forwarder) { inbox_.SetForwarder(std::move(forwarder)); }
 
  protected:
   explicit Transport(TransportOptions options)

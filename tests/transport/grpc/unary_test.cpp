@@ -12,7 +12,7 @@ namespace {
 using namespace std::chrono_literals;
 
 TEST(GrpcUnary, MessagesTravelBothWaysInOrder) {
-  const int port = FreeTcpPort();
+  const int port = FreeTcpPort(3);  // rank r listens at port + r
   std::vector<std::unique_ptr<Transport>> world;
   for (int r = 0; r < 3; ++r) {
     TransportOptions o;
