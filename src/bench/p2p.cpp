@@ -360,8 +360,14 @@ int RunP2p(P2pOptions a) {
       // Backends whose first pass failed: their failure is the cell's row,
       // and they get no further passes.
       std::set<std::string> cell_failed;
+      // Pass p starts at the p-th backend (mod their count), so that no
+      // backend always runs last (or first) in its cell: a pass's state of
+      // the machine (the page cache and free memory the earlier runs left,
+      // a slow spell setting in) falls on every position alike.
       for (int pass = 0; pass < a.passes; ++pass)
-        for (const auto& bname : backend_names) {
+        for (size_t i = 0; i < backend_names.size(); ++i) {
+          const std::string& bname =
+              backend_names[(i + static_cast<size_t>(pass)) % backend_names.size()];
           if (cell_failed.count(bname)) continue;
           const BackendSpec& b = *FindBackend(bname);
           auto skip = [&](const std::string& reason) {

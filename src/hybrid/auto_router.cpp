@@ -16,7 +16,22 @@ void AutoRouter::OnRtt(int32_t peer, double seconds, Clock::time_point at) {
   Peer& p = PeerLocked(peer);
   p.rtts.push_back(seconds);
   while (p.rtts.size() > kRttWindow) p.rtts.pop_front();
-  p.estimator.AddRtt(at, *std::min_element(p.rtts.begin(), p.rtts.end()));
+  p.start_min = p.pongs == 0 ? seconds : std::min(p.start_min, seconds);
+  const LinkEstimate before = p.estimator.estimate();
+  if (p.pongs + 1 == kStartEchoes && before.one_stream_samples == 0 &&
+      before.aggregate_samples == 0) {
+    // The last start echo: the link's round trip is the least of them. The
+    // first ones include setting up the connection (40 ms, then 12, 5 and
+    // 3 on loopback), and smoothing them in left a 0.6 ms link at 6.9 ms,
+    // under which the 11 ms inline probe was refused as shorter than two
+    // round trips and every Big message of the pass went to the store.
+    p.estimator = LinkEstimator();
+    p.changes_seen = 0;
+    p.change_pending = false;
+    p.estimator.AddRtt(at, p.start_min);
+  } else {
+    p.estimator.AddRtt(at, *std::min_element(p.rtts.begin(), p.rtts.end()));
+  }
   p.ping_out = false;
   p.last_pong = at;
   if (p.pongs++ == 0) p.first_pong = at;
@@ -85,12 +100,14 @@ AutoChoice AutoRouter::Choose(const std::vector<int32_t>& peers, uint64_t bytes,
                               bool store_available, Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mu_);
   LinkEstimate link;
-  bool first = true;
+  int32_t link_peer = -1;
   for (int32_t peer : peers) {
     LinkEstimate e = PeerLocked(peer).estimator.estimate();
     // Unknown beats known (the safe default), then the longest round trip.
-    if (first || e.samples == 0 || (link.samples > 0 && e.rtt_s > link.rtt_s)) link = e;
-    first = false;
+    if (link_peer < 0 || e.samples == 0 || (link.samples > 0 && e.rtt_s > link.rtt_s)) {
+      link = e;
+      link_peer = peer;
+    }
   }
   // The store path's rate is learned from store transfers only: a message
   // big enough to measure goes to the store until one has been measured
@@ -103,7 +120,13 @@ AutoChoice AutoRouter::Choose(const std::vector<int32_t>& peers, uint64_t bytes,
     const std::string rtt =
         "round trip " + std::to_string(static_cast<int64_t>(link.rtt_s * 1e3)) + " ms";
     AutoChoice probe;
-    if (!(link.aggregate_Bps > 0) && store_available) {
+    Peer& lp = PeerLocked(link_peer);
+    if (lp.rate_probe_epoch != lp.estimator.path_changes()) {
+      lp.rate_probe_epoch = lp.estimator.path_changes();
+      lp.store_rate_probes = 0;
+    }
+    if (!(link.aggregate_Bps > 0) && store_available && lp.store_rate_probes < kMaxRateProbes) {
+      ++lp.store_rate_probes;
       probe.path = AutoPath::kStore;
       probe.reason =
           "store: probing the parallel rate (" + rtt + ", no store transfer measured yet)";

@@ -32,7 +32,8 @@ class AutoRouter {
   // An echo's round trip. The estimator is fed the least of the last
   // kRttWindow echoes: an echo through both parties' transport threads (and
   // behind a message on the same stream) carries their delays, the least
-  // one is the link.
+  // one is the link. The last of the kStartEchoes start echoes, before any
+  // transfer was measured, restarts the estimate from the least of them.
   void OnRtt(int32_t peer, double seconds, Clock::time_point at = Clock::now());
   void OnTransfer(int32_t peer, uint64_t bytes, double seconds, int streams,
                   Clock::time_point at = Clock::now());
@@ -53,6 +54,11 @@ class AutoRouter {
   // store transfer is the only source of that figure); then one goes inline
   // until the one-stream rate is known (on a link that is not LAN-like, only
   // up to kInlineProbeMaxBytes: a slow stream is not risked for it).
+  //
+  // At most kMaxRateProbes messages per link (and path: a new one starts
+  // again) probe the store so: on a link where each one is too short to
+  // measure (LinkEstimator refuses a transfer under two round trips),
+  // more would only send them all the slow way.
   //
   // A send to one peer of kProbeMinBytes or more also explores
   // (ExploreAutoPath): every other such message, while the path not chosen
@@ -152,6 +158,8 @@ class AutoRouter {
   // measure adds no sample, so the figure could stay young for good).
   static constexpr int kExploreSpacing = 2;
   static constexpr int kMaxExplorations = 6;
+  // Store-rate probes by message (Choose) per link and path.
+  static constexpr int kMaxRateProbes = 3;
   enum class Probe { kUnsettled, kRunning, kSettled };
   struct Peer {
     LinkEstimator estimator;
@@ -166,6 +174,7 @@ class AutoRouter {
     int pongs = 0;
     Clock::time_point last_pong{};
     std::deque<double> rtts;  // the last kRttWindow echoes
+    double start_min = 0;     // the least echo so far (of the start's)
     int since_explore = 0;    // big single-peer messages since the last exploration
     int explorations = 0;     // on the current path (explore_epoch)
     int explore_epoch = 0;    // estimator.path_changes() they count on
@@ -180,6 +189,8 @@ class AutoRouter {
     // figure: the path is no faster than believed, so (predicted slower
     // than the chosen one) it is not explored again on this path.
     bool store_confirmed = false, inline_confirmed = false;
+    int store_rate_probes = 0;  // messages sent to the store to learn its rate
+    int rate_probe_epoch = 0;   // estimator.path_changes() they count on
   };
   Peer& PeerLocked(int32_t peer) { return peers_[peer]; }
   // After an observation: a change the estimator detected re-arms the probe.

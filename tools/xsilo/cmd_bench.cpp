@@ -55,7 +55,8 @@ void AddBenchCommand(CLI::App& app) {
       ->capture_default_str();
   p2p->add_option("--passes", args->passes,
                   "Passes over each cell's backends, latencies pooled (slow spells of the "
-                  "machine then fall on every backend alike)")
+                  "machine then fall on every backend alike); pass p starts at the p-th "
+                  "backend")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   p2p->add_flag("--no-concurrency", args->no_concurrency, "Skip the 10-send speedup (b)");
