@@ -17,9 +17,11 @@ void AutoRouter::OnRtt(int32_t peer, double seconds, Clock::time_point at) {
   p.rtts.push_back(seconds);
   while (p.rtts.size() > kRttWindow) p.rtts.pop_front();
   p.start_min = p.pongs == 0 ? seconds : std::min(p.start_min, seconds);
-  const LinkEstimate before = p.estimator.estimate();
-  if (p.pongs + 1 == kStartEchoes && before.one_stream_samples == 0 &&
-      before.aggregate_samples == 0) {
+  const auto no_transfer = [&] {
+    const LinkEstimate e = p.estimator.estimate();
+    return e.one_stream_samples == 0 && e.aggregate_samples == 0;
+  };
+  if (p.pongs + 1 == kStartEchoes && no_transfer()) {
     // The last start echo: the link's round trip is the least of them. The
     // first ones include setting up the connection (40 ms, then 12, 5 and
     // 3 on loopback), and smoothing them in left a 0.6 ms link at 6.9 ms,

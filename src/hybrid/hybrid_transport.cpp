@@ -414,8 +414,8 @@ class HybridTransport final : public Transport {
   // for a worker: Offload); adaptive, the router's choice once the probes
   // the message would wait for are settled.
   std::optional<Route> RouteNow(const Message& m, const std::vector<int32_t>& peers) {
+    if (!connector_ && peers.size() != 1) return Route{};  // no storage access: inline
     if (!router_) {
-      if (!connector_ && peers.size() != 1) return Route{};
       for (const auto& [name, t] : m.tensors) {
         if (t.nbytes() > 0 && t.nbytes() >= hybrid_.threshold_bytes) return std::nullopt;
       }
@@ -615,8 +615,9 @@ class HybridTransport final : public Transport {
   // picks from the receivers' links. A message that would wait for their
   // probes (or echoes) waits with `wait`, else has no route yet (nullopt;
   // a worker routes it then).
+  // The caller has sent a broadcast of a party without storage access
+  // inline already (RouteNow, Offload).
   std::optional<Route> ChooseRoute(const Message& m, const std::vector<int32_t>& peers, bool wait) {
-    if (!connector_ && peers.size() != 1) return Route{};  // no storage access: inline
     const uint64_t bytes = m.payload_bytes();
     // An echo goes ahead of a small message only; after a big one it goes
     // when the send completes (Issue): queued ahead of a Large message on
