@@ -1,6 +1,6 @@
 #include "xsilo/core/codec.h"
 
-#include <xxhash.h>
+#include "core/xxh3.h"
 
 #include <algorithm>
 #include <cmath>

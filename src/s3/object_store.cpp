@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <xxhash.h>
+#include "core/xxh3.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,6 +1,6 @@
 #include "xsilo/s3/server.h"
 
-#include <xxhash.h>
+#include "core/xxh3.h"
 
 #include <algorithm>
 #include <atomic>
