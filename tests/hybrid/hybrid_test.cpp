@@ -60,7 +60,9 @@ class CountingConnector final : public Connector {
   Result<std::optional<Buffer>> Get(const Key& k) override {
     {
       std::unique_lock<std::mutex> lock(gate_mu);
+      ++held_gets;
       gate_cv.wait(lock, [&] { return !hold_gets; });
+      --held_gets;
     }
     ++gets;
     auto r = inner_->Get(k);
@@ -80,6 +82,7 @@ class CountingConnector final : public Connector {
   Status Set(const Key& k, const GatherList& b) override { return inner_->Set(k, b); }
 
   std::atomic<int> puts{0}, gets{0}, evicts{0};
+  std::atomic<int> held_gets{0};  // fetches waiting at the gate now
   std::atomic<bool> corrupt{false};
   // While held, receivers' fetches wait (so that no receipt is confirmed).
   void HoldGets(bool hold) {
@@ -200,6 +203,53 @@ TEST_F(HybridTest, InlineMessagesKeepTheirPlaceBehindStubs) {
     ASSERT_TRUE(world_[0]->Send(1, PatternMessage(16, i, i), 30s).ok());
   connector_->HoldGets(false);
   expect_in_order(10, 6);
+}
+
+// An echo (the adaptive backend's round-trip probe) is answered while the
+// receiver's fetch of an earlier message still waits: it measures the link,
+// not the receiver's fetch queue. Rank 2 is a plain inproc transport that
+// sends the echo as a hybrid peer would.
+TEST_F(HybridTest, EchoesAreAnsweredWhileAFetchWaits) {
+  const int n = 3;
+  const std::string fabric = "hybrid-echo-" + std::to_string(getpid());
+  std::unique_ptr<Transport> pinger;
+  for (int r = 0; r < n; ++r) {
+    TransportOptions o;
+    o.rank = r;
+    o.world_size = n;
+    o.address = fabric;
+    auto inner = TransportRegistry::Global().Create("inproc", o);
+    ASSERT_TRUE(inner.ok());
+    if (r == 2) {
+      pinger = std::move(inner).value();
+      ASSERT_TRUE(pinger->Start().ok());
+      continue;
+    }
+    world_.push_back(
+        MakeHybridTransport(o, std::move(inner).value(), connector_, {.threshold_bytes = 1024}));
+    ASSERT_TRUE(world_.back()->Start().ok());
+  }
+  connector_->HoldGets(true);
+  ASSERT_TRUE(world_[0]->Send(1, PatternMessage(64 << 10, 3, 1), 30s).ok());
+  ASSERT_TRUE(WaitUntil([&] { return connector_->held_gets.load() == 1; }));
+
+  Message ping;
+  ping.type = "xsilo.auto.ping";
+  ping.params["t"] = int64_t{12345};
+  ASSERT_TRUE(pinger->Send(1, ping, 30s).ok());
+  auto pong = pinger->Receive(30s);
+  ASSERT_TRUE(pong.ok()) << "no answer while the fetch waits: " << pong.status().ToString();
+  EXPECT_EQ(pong->type, "xsilo.auto.pong");
+  EXPECT_EQ(pong->sender, 1);
+  EXPECT_EQ(*pong->GetInt("t"), 12345);
+  EXPECT_EQ(connector_->held_gets.load(), 1) << "the fetch was still waiting";
+  EXPECT_EQ(connector_->gets.load(), 0);
+
+  connector_->HoldGets(false);
+  auto got = world_[1]->Receive(30s);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(PatternIntact(*got));
+  pinger->Stop();
 }
 
 TEST_F(HybridTest, RepeatedSendsOfSamePayloadReuseTheObject) {
