@@ -64,7 +64,8 @@ class MemoryObjectStore : public ObjectStore {
     for (const auto& [name, b] : buckets_) out.push_back({name, b.created});
     return out;
   }
-  Status Put(const std::string& bucket, const std::string& key, StoredObject object) override {
+  Status Put(const std::string& bucket, const std::string& key, StoredObject object,
+             const PutCondition& condition) override {
     if (object.etag.empty()) {
       std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
                                                                      &XXH3_freeState);
@@ -77,6 +78,14 @@ class MemoryObjectStore : public ObjectStore {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = buckets_.find(bucket);
     if (it == buckets_.end()) return NoSuchBucket(bucket);
+    if (condition) {
+      auto o = it->second.objects.find(key);
+      ObjectEntry current;
+      if (o != it->second.objects.end()) {
+        current = {key, o->second.size, o->second.etag, o->second.mtime};
+      }
+      XSILO_RETURN_IF_ERROR(condition(o != it->second.objects.end() ? &current : nullptr));
+    }
     auto& slot = it->second.objects[key];
     old = std::move(slot);
     slot = std::move(object);
@@ -242,7 +251,8 @@ class DirectoryObjectStore : public ObjectStore {
     std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.name < b.name; });
     return out;
   }
-  Status Put(const std::string& bucket, const std::string& key, StoredObject object) override {
+  Status Put(const std::string& bucket, const std::string& key, StoredObject object,
+             const PutCondition& condition) override {
     XSILO_RETURN_IF_ERROR(HeadBucket(bucket));
     std::string name = EncodeKey(key);
     if (name.size() > 240) return S3Error("KeyTooLongError", "Your key is too long");
@@ -280,7 +290,6 @@ class DirectoryObjectStore : public ObjectStore {
     }
     ::close(fd);
     if (st.ok()) {
-      // Metadata first: a reader that sees the new data finds its ETag.
       std::string meta_tmp = tmp + ".meta";
       {
         std::ofstream m(meta_tmp, std::ios::binary | std::ios::trunc);
@@ -289,12 +298,30 @@ class DirectoryObjectStore : public ObjectStore {
         for (const auto& [k, v] : object.headers) m << k << "\t" << v << "\n";
         if (!m) st = S3Error("InternalError", "write " + meta_tmp);
       }
+      // The condition's test and both renames under one lock, so that two
+      // writes of one key cannot pair one's metadata with the other's data.
+      std::lock_guard<std::mutex> lock(commit_mu_);
+      if (st.ok() && condition) {
+        struct stat sb {};
+        const std::string path = dir + "/" + name;
+        if (::stat(path.c_str(), &sb) == 0 && S_ISREG(sb.st_mode)) {
+          StoredObject meta;
+          meta.mtime = sb.st_mtime;
+          ReadMeta(bucket, name, &meta);
+          ObjectEntry current{key, static_cast<uint64_t>(sb.st_size), meta.etag, meta.mtime};
+          st = condition(&current);
+        } else {
+          st = condition(nullptr);
+        }
+      }
+      // Metadata first: a reader that sees the new data finds its ETag.
       if (st.ok() && ::rename(meta_tmp.c_str(), (dir + "/.xsilo-meta/" + name).c_str()) != 0) {
         st = S3Error("InternalError", std::string("rename: ") + std::strerror(errno));
       }
       if (st.ok() && ::rename(tmp.c_str(), (dir + "/" + name).c_str()) != 0) {
         st = S3Error("InternalError", std::string("rename: ") + std::strerror(errno));
       }
+      if (!st.ok()) ::unlink(meta_tmp.c_str());
     }
     if (!st.ok()) ::unlink(tmp.c_str());
     return st;
@@ -323,6 +350,7 @@ class DirectoryObjectStore : public ObjectStore {
     if (name.size() > 240) return Status::OK();
     const std::string dir = BucketDir(bucket);
     const std::string path = dir + "/" + name;
+    std::lock_guard<std::mutex> lock(commit_mu_);  // not between a write's test and its renames
     if (!Recycle(dir, path)) ::unlink(path.c_str());
     ::unlink((dir + "/.xsilo-meta/" + name).c_str());
     return Status::OK();
@@ -513,6 +541,7 @@ class DirectoryObjectStore : public ObjectStore {
   std::string root_;
   const DirectoryStoreOptions options_;
   std::mutex recycle_mu_;
+  std::mutex commit_mu_;  // Put's condition test and renames; Delete
 };
 
 }  // namespace

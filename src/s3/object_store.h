@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <ctime>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -60,6 +61,12 @@ struct BucketEntry {
   std::time_t created = 0;
 };
 
+// A conditional write's test of the object the key holds now (null: none),
+// run by Put atomically with the replacement: no other write or delete
+// through the same store comes between the test and the replacement. An
+// error fails the Put and leaves the key as it was.
+using PutCondition = std::function<Status(const ObjectEntry* current)>;
+
 class ObjectStore {
  public:
   virtual ~ObjectStore() = default;
@@ -68,7 +75,9 @@ class ObjectStore {
   virtual Status HeadBucket(const std::string& bucket) = 0;
   virtual Result<std::vector<BucketEntry>> ListBuckets() = 0;
   // Replaces the object atomically: readers see the old or the new one.
-  virtual Status Put(const std::string& bucket, const std::string& key, StoredObject object) = 0;
+  // With a condition, only when it passes (see PutCondition).
+  virtual Status Put(const std::string& bucket, const std::string& key, StoredObject object,
+                     const PutCondition& condition = nullptr) = 0;
   virtual Result<StoredObject> Get(const std::string& bucket, const std::string& key) = 0;
   // Deleting a missing key succeeds, as in S3.
   virtual Status Delete(const std::string& bucket, const std::string& key) = 0;

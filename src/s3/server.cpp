@@ -32,7 +32,9 @@ namespace xsilo {
 using s3::BodyReader;
 using s3::HttpRequest;
 using s3::HttpResponse;
+using s3::ObjectEntry;
 using s3::Params;
+using s3::PutCondition;
 using s3::S3Error;
 using s3::StoredObject;
 
@@ -272,6 +274,32 @@ Precondition EvaluatePreconditions(const HttpRequest& req, const StoredObject& o
 Status PreconditionFailed() {
   return S3Error("PreconditionFailed",
                  "At least one of the pre-conditions you specified did not hold");
+}
+
+// The conditions of a write (PutObject, CopyObject, CompleteMultipartUpload)
+// as S3 has them: If-None-Match "*" writes only a key that holds no object;
+// If-Match <ETag> only over an object with that ETag (404 NoSuchKey when
+// there is none). Both fail with 412 PreconditionFailed. Null without them.
+Result<PutCondition> WriteCondition(const HttpRequest& req) {
+  const std::string* none = req.Header("if-none-match");
+  const std::string* match = req.Header("if-match");
+  if (none == nullptr && match == nullptr) return PutCondition();
+  if (none != nullptr && TrimSpaces(*none) != "*") {
+    return S3Error("NotImplemented",
+                   "A header you provided implies functionality that is not implemented: "
+                   "If-None-Match on a write takes only *");
+  }
+  const bool absent = none != nullptr;
+  std::optional<std::string> etag;
+  if (match != nullptr) etag = *match;
+  return PutCondition([absent, etag](const ObjectEntry* current) -> Status {
+    if (absent && current != nullptr) return PreconditionFailed();
+    if (etag) {
+      if (current == nullptr) return S3Error("NoSuchKey", "The specified key does not exist.");
+      if (!EtagListMatches(*etag, current->etag)) return PreconditionFailed();
+    }
+    return Status::OK();
+  });
 }
 
 // One page of a sorted listing: entries past the marker, keys sharing a
@@ -970,6 +998,7 @@ Status S3Server::Impl::DeleteObjects(Ctx& c) {
 
 Status S3Server::Impl::PutObject(Ctx& c) {
   XSILO_RETURN_IF_ERROR(store->HeadBucket(c.bucket));
+  XSILO_ASSIGN_OR_RETURN(PutCondition condition, WriteCondition(c.req));
   StoredObject obj;
   XSILO_ASSIGN_OR_RETURN(Buffer body, ReadBody(c, opts.max_object_bytes, &obj.checksum_sha256));
   obj.size = body.size();
@@ -980,7 +1009,7 @@ Status S3Server::Impl::PutObject(Ctx& c) {
   obj.headers = StoredHeaders(c.req);
   if (!body.empty()) obj.segments.push_back(std::move(body));
   std::string etag = obj.etag, checksum = obj.checksum_sha256;
-  XSILO_RETURN_IF_ERROR(store->Put(c.bucket, c.key, std::move(obj)));
+  XSILO_RETURN_IF_ERROR(store->Put(c.bucket, c.key, std::move(obj), condition));
   c.resp->headers.emplace_back("ETag", etag);
   if (!checksum.empty()) c.resp->headers.emplace_back("x-amz-checksum-sha256", checksum);
   return Status::OK();
@@ -1138,7 +1167,8 @@ Status S3Server::Impl::CopyObject(Ctx& c) {
   obj.mtime = std::time(nullptr);
   std::time_t mtime = obj.mtime;
   std::string etag = obj.etag;
-  XSILO_RETURN_IF_ERROR(store->Put(c.bucket, c.key, std::move(obj)));
+  XSILO_ASSIGN_OR_RETURN(PutCondition condition, WriteCondition(c.req));
+  XSILO_RETURN_IF_ERROR(store->Put(c.bucket, c.key, std::move(obj), condition));
   SendXml(c, 200,
           "<CopyObjectResult" + std::string(kXmlns) + "><LastModified>" + s3::FormatIsoDate(mtime) +
               "</LastModified><ETag>" + s3::XmlEscape(etag) + "</ETag></CopyObjectResult>");
@@ -1239,6 +1269,28 @@ Status S3Server::Impl::CompleteUpload(Ctx& c) {
   }
   std::vector<std::pair<int, std::string>> listed;
   for (auto& p : *parsed) listed.emplace_back(p.number, std::move(p.etag));
+  // A write condition that fails already fails before the upload is
+  // consumed, so that its parts stay for a retry or an abort (Put tests it
+  // again). A retry of a completion that succeeded gets its answer below.
+  XSILO_ASSIGN_OR_RETURN(PutCondition condition, WriteCondition(c.req));
+  if (condition) {
+    bool open;
+    {
+      std::lock_guard<std::mutex> lock(uploads_mu);
+      open = uploads.count(id) > 0;
+    }
+    if (open) {
+      auto current = store->Get(c.bucket, c.key);
+      if (current.ok()) {
+        ObjectEntry entry{c.key, current->size, current->etag, current->mtime};
+        XSILO_RETURN_IF_ERROR(condition(&entry));
+      } else if (S3ErrorCode(current.status()) == "NoSuchKey") {
+        XSILO_RETURN_IF_ERROR(condition(nullptr));
+      } else {
+        return current.status();
+      }
+    }
+  }
   StoredObject obj;
   {
     std::lock_guard<std::mutex> lock(uploads_mu);
@@ -1291,7 +1343,7 @@ Status S3Server::Impl::CompleteUpload(Ctx& c) {
   }
   obj.mtime = std::time(nullptr);
   std::string etag = obj.etag;
-  XSILO_RETURN_IF_ERROR(store->Put(c.bucket, c.key, std::move(obj)));
+  XSILO_RETURN_IF_ERROR(store->Put(c.bucket, c.key, std::move(obj), condition));
   {
     std::lock_guard<std::mutex> lock(uploads_mu);
     completed[id] = Completed{CompletionDigest(c.bucket, c.key, listed), etag};
