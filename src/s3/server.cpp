@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cinttypes>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <deque>
 #include <functional>
@@ -70,10 +72,13 @@ struct Ctx {
   Params query;
   std::string bucket;
   std::string key;
-  std::string payload_hash;  // hex or UNSIGNED-PAYLOAD
+  std::string payload_hash;  // hex, UNSIGNED-PAYLOAD or kStreamingSigned
   std::string request_id;
   bool head = false;
   bool anonymous = false;  // unsigned, accepted because of allow_anonymous
+  // kStreamingSigned: what each chunk's signature chains from (the request's
+  // signature, then each chunk's) and the scope it is signed in.
+  std::string chunk_seed, amz_date, date_stamp, scope;
 
   const std::string* Query(std::string_view name) const {
     for (const auto& [k, v] : query) {
@@ -271,6 +276,9 @@ Precondition EvaluatePreconditions(const HttpRequest& req, const StoredObject& o
   return Precondition::kProceed;
 }
 
+// x-amz-content-sha256 of an aws-chunked upload with signed chunks.
+constexpr std::string_view kStreamingSigned = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD";
+
 Status PreconditionFailed() {
   return S3Error("PreconditionFailed",
                  "At least one of the pre-conditions you specified did not hold");
@@ -429,6 +437,7 @@ struct S3Server::Impl {
   void SendXml(Ctx& c, int status, std::string xml);
 
   Result<Buffer> ReadBody(Ctx& c, uint64_t limit, std::string* checksum_b64);
+  Result<Buffer> DecodeSignedChunks(Ctx& c, Buffer raw, uint64_t decoded_length);
 
   Status ListBuckets(Ctx& c);
   Status CreateBucket(Ctx& c);
@@ -658,12 +667,13 @@ Status S3Server::Impl::Authenticate(Ctx& c) {
       return S3Error("InvalidRequest",
                      "Missing required header for this request: x-amz-content-sha256");
     }
-    if (sha->rfind("STREAMING-", 0) == 0) {
+    if (sha->rfind("STREAMING-", 0) == 0 && *sha != kStreamingSigned) {
       return S3Error("NotImplemented",
-                     "aws-chunked streaming uploads are not supported; "
-                     "send a plain body with x-amz-content-sha256");
+                     "aws-chunked uploads are supported with signed chunks only "
+                     "(x-amz-content-sha256: STREAMING-AWS4-HMAC-SHA256-PAYLOAD), not " +
+                         *sha);
     }
-    if (*sha != s3::kUnsignedPayload && !IsLowerHex64(*sha)) {
+    if (*sha != s3::kUnsignedPayload && *sha != kStreamingSigned && !IsLowerHex64(*sha)) {
       return S3Error("InvalidArgument",
                      "x-amz-content-sha256 must be UNSIGNED-PAYLOAD or a valid sha256 value.");
     }
@@ -735,7 +745,78 @@ Status S3Server::Impl::Authenticate(Ctx& c) {
                    "The request signature we calculated does not match the signature you provided. "
                    "Check your key and signing method.");
   }
+  if (c.payload_hash == kStreamingSigned) {
+    c.chunk_seed = auth.signature;
+    c.amz_date = auth.amz_date;
+    c.date_stamp = auth.date_stamp;
+    c.scope = scope;
+  }
   return Status::OK();
+}
+
+// An aws-chunked body with signed chunks (x-amz-content-sha256:
+// STREAMING-AWS4-HMAC-SHA256-PAYLOAD), decoded in place: each chunk is
+// "<hex size>;chunk-signature=<64 hex>\r\n<bytes>\r\n", the last one of size
+// 0, and each signature signs its bytes chained to the one before (the
+// first to the request's). What is returned is the decoded bytes, which
+// must number x-amz-decoded-content-length.
+Result<Buffer> S3Server::Impl::DecodeSignedChunks(Ctx& c, Buffer raw, uint64_t decoded_length) {
+  auto bad = [](const std::string& why) {
+    return S3Error("IncompleteBody", "aws-chunked body: " + why);
+  };
+  std::string_view text(reinterpret_cast<const char*>(raw.data()), raw.size());
+  uint8_t* out = raw.mutable_data();
+  uint64_t pos = 0, written = 0;
+  std::string previous = c.chunk_seed;
+  const std::string empty_hash(s3::kEmptySha256Hex);
+  for (;;) {
+    const size_t eol = text.find("\r\n", pos);
+    if (eol == std::string_view::npos || eol - pos > 128) return bad("no chunk header");
+    std::string_view header = text.substr(pos, eol - pos);
+    const size_t semi = header.find(';');
+    constexpr std::string_view kSig = "chunk-signature=";
+    if (semi == std::string_view::npos || semi == 0 || semi > 16 ||
+        header.substr(semi + 1, kSig.size()) != kSig ||
+        header.size() != semi + 1 + kSig.size() + 64) {
+      return bad("malformed chunk header");
+    }
+    uint64_t size = 0;
+    for (char ch : header.substr(0, semi)) {
+      const int v = std::isdigit(static_cast<unsigned char>(ch)) ? ch - '0'
+                    : (ch >= 'a' && ch <= 'f')                   ? ch - 'a' + 10
+                    : (ch >= 'A' && ch <= 'F')                   ? ch - 'A' + 10
+                                                                 : -1;
+      if (v < 0) return bad("chunk size is not hex");
+      size = size * 16 + static_cast<uint64_t>(v);
+    }
+    const std::string_view given = header.substr(semi + 1 + kSig.size());
+    pos = eol + 2;
+    if (size > raw.size() - pos || raw.size() - pos - size < 2 ||
+        text.substr(pos + size, 2) != "\r\n") {
+      return bad("a chunk is shorter than its size");
+    }
+    if (size > decoded_length - written) {
+      return bad("more bytes than x-amz-decoded-content-length");
+    }
+    const std::span<const uint8_t> bytes = raw.span().subspan(pos, size);
+    const std::string to_sign = "AWS4-HMAC-SHA256-PAYLOAD\n" + c.amz_date + "\n" + c.scope + "\n" +
+                                previous + "\n" + empty_hash + "\n" + s3::Hex(s3::Sha256(bytes));
+    std::string expected = s3::Signature(opts.secret_key, c.date_stamp, opts.region, "s3", to_sign);
+    if (!s3::SecureEquals(expected, given)) {
+      return S3Error("SignatureDoesNotMatch",
+                     "The chunk signature we calculated does not match the signature you "
+                     "provided (chunk at byte " +
+                         std::to_string(written) + ").");
+    }
+    std::memmove(out + written, raw.data() + pos, size);  // written <= pos: moves backwards
+    written += size;
+    pos += size + 2;
+    previous = std::move(expected);
+    if (size == 0) break;
+  }
+  if (pos != raw.size()) return bad("bytes after the final chunk");
+  if (written != decoded_length) return bad("fewer bytes than x-amz-decoded-content-length");
+  return raw.SliceUnchecked(0, written);
 }
 
 Result<Buffer> S3Server::Impl::ReadBody(Ctx& c, uint64_t limit, std::string* checksum_b64) {
@@ -743,7 +824,26 @@ Result<Buffer> S3Server::Impl::ReadBody(Ctx& c, uint64_t limit, std::string* che
   if (!req.has_content_length) {
     return S3Error("MissingContentLength", "You must provide the Content-Length HTTP header.");
   }
-  if (req.content_length > limit) {
+  const bool chunked = c.payload_hash == kStreamingSigned;
+  uint64_t decoded_length = req.content_length;
+  if (chunked) {
+    const std::string* d = req.Header("x-amz-decoded-content-length");
+    uint64_t n = 0;
+    bool ok = d != nullptr && !d->empty() && d->size() <= 19;
+    for (char ch : ok ? *d : std::string()) {
+      if (ch < '0' || ch > '9') ok = false;
+      n = n * 10 + static_cast<uint64_t>(ch - '0');
+    }
+    if (!ok || n > req.content_length) {
+      c.resp->close = true;
+      return S3Error("MissingContentLength",
+                     "An aws-chunked upload needs a valid x-amz-decoded-content-length header.");
+    }
+    decoded_length = n;
+  }
+  // The framing of chunks adds about 86 bytes per chunk; a body whose
+  // decoded bytes fit is read whole.
+  if (decoded_length > limit || req.content_length - decoded_length > limit / 8 + (1 << 20)) {
     c.resp->close = true;
     return S3Error("EntityTooLarge", "Your proposed upload exceeds the maximum allowed size (" +
                                          std::to_string(limit) + " bytes).");
@@ -773,7 +873,11 @@ Result<Buffer> S3Server::Impl::ReadBody(Ctx& c, uint64_t limit, std::string* che
                    "Content-Length HTTP header: " +
                        body.status().message());
   }
-  bool check_payload = c.payload_hash != s3::kUnsignedPayload;
+  if (chunked) {
+    body = DecodeSignedChunks(c, std::move(body).value(), decoded_length);
+    if (!body.ok()) return body.status();
+  }
+  bool check_payload = c.payload_hash != s3::kUnsignedPayload && !chunked;
   if (check_payload || sha_want) {
     s3::Sha256Digest d = s3::Sha256(body->span());
     if (check_payload && s3::Hex(d) != c.payload_hash) {
