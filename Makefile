@@ -13,7 +13,8 @@ FUZZ_RUNS  ?= 200000
 CTEST_JOBS ?= 2
 # Fuzzers with a seed corpus in fuzz/seeds/<name without fuzz_> and, for
 # some, a dictionary in fuzz/dicts/<name without fuzz_>.dict.
-PARSER_FUZZERS = fuzz_grpc_reassembly fuzz_grpc_wire fuzz_s3_http fuzz_s3_sigv4 fuzz_s3_xml fuzz_toml_config
+PARSER_FUZZERS = fuzz_grpc_reassembly fuzz_grpc_wire fuzz_s3_chunked fuzz_s3_http fuzz_s3_sigv4 fuzz_s3_xml \
+  fuzz_toml_config
 
 .PHONY: all deps build run test unit asan fuzz fuzz-build format clean
 

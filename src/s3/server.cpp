@@ -19,6 +19,7 @@
 #include <set>
 #include <thread>
 
+#include "s3/aws_chunked.h"
 #include "s3/crypto.h"
 #include "s3/errors.h"
 #include "s3/http_server.h"
@@ -755,67 +756,29 @@ Status S3Server::Impl::Authenticate(Ctx& c) {
 }
 
 // An aws-chunked body with signed chunks (x-amz-content-sha256:
-// STREAMING-AWS4-HMAC-SHA256-PAYLOAD), decoded in place: each chunk is
-// "<hex size>;chunk-signature=<64 hex>\r\n<bytes>\r\n", the last one of size
-// 0, and each signature signs its bytes chained to the one before (the
-// first to the request's). What is returned is the decoded bytes, which
-// must number x-amz-decoded-content-length.
+// STREAMING-AWS4-HMAC-SHA256-PAYLOAD), decoded in place (s3/aws_chunked.h):
+// each chunk's signature signs its bytes chained to the one before, the
+// first to the request's.
 Result<Buffer> S3Server::Impl::DecodeSignedChunks(Ctx& c, Buffer raw, uint64_t decoded_length) {
-  auto bad = [](const std::string& why) {
-    return S3Error("IncompleteBody", "aws-chunked body: " + why);
-  };
-  std::string_view text(reinterpret_cast<const char*>(raw.data()), raw.size());
-  uint8_t* out = raw.mutable_data();
-  uint64_t pos = 0, written = 0;
   std::string previous = c.chunk_seed;
-  const std::string empty_hash(s3::kEmptySha256Hex);
-  for (;;) {
-    const size_t eol = text.find("\r\n", pos);
-    if (eol == std::string_view::npos || eol - pos > 128) return bad("no chunk header");
-    std::string_view header = text.substr(pos, eol - pos);
-    const size_t semi = header.find(';');
-    constexpr std::string_view kSig = "chunk-signature=";
-    if (semi == std::string_view::npos || semi == 0 || semi > 16 ||
-        header.substr(semi + 1, kSig.size()) != kSig ||
-        header.size() != semi + 1 + kSig.size() + 64) {
-      return bad("malformed chunk header");
-    }
-    uint64_t size = 0;
-    for (char ch : header.substr(0, semi)) {
-      const int v = std::isdigit(static_cast<unsigned char>(ch)) ? ch - '0'
-                    : (ch >= 'a' && ch <= 'f')                   ? ch - 'a' + 10
-                    : (ch >= 'A' && ch <= 'F')                   ? ch - 'A' + 10
-                                                                 : -1;
-      if (v < 0) return bad("chunk size is not hex");
-      size = size * 16 + static_cast<uint64_t>(v);
-    }
-    const std::string_view given = header.substr(semi + 1 + kSig.size());
-    pos = eol + 2;
-    if (size > raw.size() - pos || raw.size() - pos - size < 2 ||
-        text.substr(pos + size, 2) != "\r\n") {
-      return bad("a chunk is shorter than its size");
-    }
-    if (size > decoded_length - written) {
-      return bad("more bytes than x-amz-decoded-content-length");
-    }
-    const std::span<const uint8_t> bytes = raw.span().subspan(pos, size);
+  uint64_t at = 0;
+  auto verify = [&](std::span<const uint8_t> bytes, std::string_view given) -> Status {
     const std::string to_sign = "AWS4-HMAC-SHA256-PAYLOAD\n" + c.amz_date + "\n" + c.scope + "\n" +
-                                previous + "\n" + empty_hash + "\n" + s3::Hex(s3::Sha256(bytes));
+                                previous + "\n" + std::string(s3::kEmptySha256Hex) + "\n" +
+                                s3::Hex(s3::Sha256(bytes));
     std::string expected = s3::Signature(opts.secret_key, c.date_stamp, opts.region, "s3", to_sign);
     if (!s3::SecureEquals(expected, given)) {
       return S3Error("SignatureDoesNotMatch",
                      "The chunk signature we calculated does not match the signature you "
                      "provided (chunk at byte " +
-                         std::to_string(written) + ").");
+                         std::to_string(at) + ").");
     }
-    std::memmove(out + written, raw.data() + pos, size);  // written <= pos: moves backwards
-    written += size;
-    pos += size + 2;
     previous = std::move(expected);
-    if (size == 0) break;
-  }
-  if (pos != raw.size()) return bad("bytes after the final chunk");
-  if (written != decoded_length) return bad("fewer bytes than x-amz-decoded-content-length");
+    at += bytes.size();
+    return Status::OK();
+  };
+  XSILO_ASSIGN_OR_RETURN(uint64_t written, s3::DecodeAwsChunks(raw.mutable_data(), raw.size(),
+                                                               decoded_length, verify));
   return raw.SliceUnchecked(0, written);
 }
 
