@@ -1050,6 +1050,7 @@ class HybridTransport final : public Transport {
   // such round trips in a row fill the router's window (kRttWindow) and
   // read as the link slowing down.
   void OnEcho(const Message& m) {
+    if (stopping()) return;
     if (m.type == kPingType) {
       Message pong;
       pong.type = kPongType;

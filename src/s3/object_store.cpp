@@ -195,6 +195,14 @@ std::string UniqueName() {
 constexpr const char* kFreeDir = ".xsilo-free";
 constexpr uint64_t kRecycleMinBytes = 8ull << 20;
 
+// Put's condition test and renames, and Delete's rename, in every directory
+// store of the process: PutObjectInDirectory opens a store of its own on the
+// server's directory.
+std::mutex& CommitMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
 class DirectoryObjectStore : public ObjectStore {
  public:
   DirectoryObjectStore(std::string root, DirectoryStoreOptions options)
@@ -300,7 +308,7 @@ class DirectoryObjectStore : public ObjectStore {
       }
       // The condition's test and both renames under one lock, so that two
       // writes of one key cannot pair one's metadata with the other's data.
-      std::lock_guard<std::mutex> lock(commit_mu_);
+      std::lock_guard<std::mutex> lock(CommitMutex());
       if (st.ok() && condition) {
         struct stat sb {};
         const std::string path = dir + "/" + name;
@@ -350,9 +358,16 @@ class DirectoryObjectStore : public ObjectStore {
     if (name.size() > 240) return Status::OK();
     const std::string dir = BucketDir(bucket);
     const std::string path = dir + "/" + name;
-    std::lock_guard<std::mutex> lock(commit_mu_);  // not between a write's test and its renames
-    if (!Recycle(dir, path)) ::unlink(path.c_str());
-    ::unlink((dir + "/.xsilo-meta/" + name).c_str());
+    // Out of its key under the commit lock (not between a write's test and
+    // its renames); recycled or unlinked after it.
+    const std::string gone = dir + "/.xsilo-tmp/" + UniqueName();
+    bool moved;
+    {
+      std::lock_guard<std::mutex> lock(CommitMutex());
+      moved = ::rename(path.c_str(), gone.c_str()) == 0;
+      ::unlink((dir + "/.xsilo-meta/" + name).c_str());
+    }
+    if (moved && !Recycle(dir, gone)) ::unlink(gone.c_str());
     return Status::OK();
   }
 
@@ -541,7 +556,6 @@ class DirectoryObjectStore : public ObjectStore {
   std::string root_;
   const DirectoryStoreOptions options_;
   std::mutex recycle_mu_;
-  std::mutex commit_mu_;  // Put's condition test and renames; Delete
 };
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -638,6 +639,12 @@ Status S3Server::Impl::Authenticate(Ctx& c) {
                    "The authorization mechanism you have provided is not supported. "
                    "Please use AWS4-HMAC-SHA256.");
   }
+  if (!authz) {  // presigned or anonymous: the body is taken as it comes
+    const std::string* sha = req.Header("x-amz-content-sha256");
+    if (sha != nullptr && sha->rfind("STREAMING-", 0) == 0) {
+      return S3Error("NotImplemented", "aws-chunked uploads must be signed in the header");
+    }
+  }
   if (!authz && !presigned) {
     if (opts.allow_anonymous) {
       c.payload_hash = std::string(s3::kUnsignedPayload);
@@ -705,6 +712,9 @@ Status S3Server::Impl::Authenticate(Ctx& c) {
     }
     c.payload_hash = std::string(s3::kUnsignedPayload);
     if (const std::string* q = c.Query("X-Amz-Content-Sha256")) c.payload_hash = *q;
+    if (c.payload_hash.rfind("STREAMING-", 0) == 0) {
+      return S3Error("NotImplemented", "aws-chunked uploads must be signed in the header");
+    }
   }
   if (auth.access_key != opts.access_key) {
     return S3Error("InvalidAccessKeyId",
@@ -1359,6 +1369,7 @@ Status S3Server::Impl::CompleteUpload(Ctx& c) {
     }
   }
   StoredObject obj;
+  std::optional<Upload> taken;
   {
     std::lock_guard<std::mutex> lock(uploads_mu);
     auto it = uploads.find(id);
@@ -1398,19 +1409,29 @@ Status S3Server::Impl::CompleteUpload(Ctx& c) {
     if (obj.size > opts.max_object_bytes) {
       return S3Error("EntityTooLarge", "The completed object exceeds the maximum allowed size.");
     }
+    // Views of the parts' Buffers: the upload is kept (out of the table)
+    // until the object is stored, and put back if that fails.
     for (const auto& [num, etag] : listed) {
-      for (Buffer& b : u.parts[num].segments) obj.segments.push_back(std::move(b));
+      for (const Buffer& b : u.parts[num].segments) obj.segments.push_back(b);
     }
     std::string e = QuotedHex128(etags.data(), etags.size());
     obj.etag = e.substr(0, e.size() - 1) + "-" + std::to_string(listed.size()) + "\"";
     obj.content_type = u.content_type.empty() ? obj.content_type : u.content_type;
-    obj.user_metadata = std::move(u.user_metadata);
-    obj.headers = std::move(u.headers);
+    obj.user_metadata = u.user_metadata;
+    obj.headers = u.headers;
+    taken.emplace(std::move(it->second));
     uploads.erase(it);
   }
   obj.mtime = std::time(nullptr);
   std::string etag = obj.etag;
-  XSILO_RETURN_IF_ERROR(store->Put(c.bucket, c.key, std::move(obj), condition));
+  Status stored = store->Put(c.bucket, c.key, std::move(obj), condition);
+  if (!stored.ok()) {
+    // A refused condition (another writer came first) or a failed write:
+    // the upload stays, for a retry or an abort.
+    std::lock_guard<std::mutex> lock(uploads_mu);
+    uploads.emplace(id, std::move(*taken));
+    return stored;
+  }
   {
     std::lock_guard<std::mutex> lock(uploads_mu);
     completed[id] = Completed{CompletionDigest(c.bucket, c.key, listed), etag};

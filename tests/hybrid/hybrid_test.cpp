@@ -241,6 +241,7 @@ TEST_F(HybridTest, EchoesAreAnsweredWhileAFetchWaits) {
   ASSERT_TRUE(pong.ok()) << "no answer while the fetch waits: " << pong.status().ToString();
   EXPECT_EQ(pong->type, "xsilo.auto.pong");
   EXPECT_EQ(pong->sender, 1);
+  ASSERT_TRUE(pong->GetInt("t").ok());
   EXPECT_EQ(*pong->GetInt("t"), 12345);
   EXPECT_EQ(connector_->held_gets.load(), 1) << "the fetch was still waiting";
   EXPECT_EQ(connector_->gets.load(), 0);

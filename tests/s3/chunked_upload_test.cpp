@@ -104,6 +104,16 @@ TEST_F(ChunkedUploadTest, AwsPublishedExampleIsAccepted) {
       "x-amz-decoded-content-length: 66560\r\n"
       "Content-Length: 66824\r\n"
       "Connection: close\r\n\r\n";
+  // One byte of the first chunk changed: the request's own signature holds
+  // (it covers the headers), the first chunk's does not; nothing is stored.
+  std::string tampered = body;
+  tampered[200] = 'b';
+  RawResponse bad = RawExchange(port_, head + tampered);
+  EXPECT_EQ(bad.status, 403) << bad.body;
+  EXPECT_NE(bad.body.find("SignatureDoesNotMatch"), std::string::npos) << bad.body;
+  EXPECT_NE(bad.body.find("chunk signature"), std::string::npos) << bad.body;
+  EXPECT_EQ(Get("/examplebucket/chunkObject.txt").status, 404);
+
   RawResponse put = RawExchange(port_, head + body);
   ASSERT_EQ(put.status, 200) << put.head << put.body;
   RawResponse got = Get("/examplebucket/chunkObject.txt");
@@ -111,15 +121,28 @@ TEST_F(ChunkedUploadTest, AwsPublishedExampleIsAccepted) {
   EXPECT_EQ(got.body, a64k + a1k);
   // aws-chunked describes the upload, not the object.
   EXPECT_EQ(got.Header("content-encoding"), "");
+}
 
-  // One byte of the first chunk changed: its signature no longer holds,
-  // and nothing is stored.
-  std::string tampered = body;
-  tampered[200] = 'b';
-  RawResponse bad = RawExchange(
-      port_, std::string(head).replace(head.find("chunkObject"), 11, "otherObject") + tampered);
-  EXPECT_EQ(bad.status, 403) << bad.body;
-  EXPECT_NE(bad.body.find("SignatureDoesNotMatch"), std::string::npos) << bad.body;
+// Each chunk's signature chains from the one before: chunks that are each
+// signed correctly, but in another order, are refused at the first one out
+// of place.
+TEST_F(ChunkedUploadTest, ChunksOutOfTheirChainAreRefused) {
+  std::string body;
+  std::string req = ChunkedPut("/examplebucket/k", {"first", "second", ""}, 11, &body);
+  const std::string first = body.substr(0, body.find("first") + 7);  // header, bytes, CRLF
+  const std::string rest = body.substr(first.size());
+  const std::string second = rest.substr(0, rest.find("second") + 8);
+  const std::string last = rest.substr(second.size());
+  req.replace(req.size() - body.size(), body.size(), second + first + last);
+  RawResponse r = RawExchange(port_, req);
+  EXPECT_EQ(r.status, 403) << r.body;
+  EXPECT_NE(r.body.find("chunk signature"), std::string::npos) << r.body;
+  EXPECT_EQ(Get("/examplebucket/k").status, 404);
+  // The same chunks in their order are accepted.
+  req.replace(req.size() - body.size(), body.size(), body);
+  r = RawExchange(port_, req);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(Get("/examplebucket/k").body, "firstsecond");
 }
 
 TEST_F(ChunkedUploadTest, ChunksSignedNowRoundTrip) {

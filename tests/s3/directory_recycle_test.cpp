@@ -152,9 +152,18 @@ TEST_F(DirectoryRecycleTest, TrimDropsFreeFilesPastTheirAge) {
   auto store = Open(1ull << 30, std::chrono::seconds(0));
   ASSERT_TRUE(store->Put("b", "one", Filled(kBig, 1)).ok());
   ASSERT_TRUE(store->Delete("b", "one").ok());
-  EXPECT_EQ(FreeFiles(), 1u);
-  // The age is whole seconds of ctime: past it once the clock has ticked.
-  const std::time_t deleted = std::time(nullptr);
+  ASSERT_EQ(FreeFiles(), 1u);
+  // The age is whole seconds of the free file's ctime: past it once the
+  // clock has passed that second. The file's own ctime, not the clock read
+  // after the delete: a kernel with fine-grained ("multigrain") timestamps
+  // (6.13 on) can stamp a rename ahead of time(), which read the coarse
+  // clock (failed once in a full ctest run, 2026-12-02, with the clock read).
+  std::time_t deleted = 0;
+  for (const auto& e : std::filesystem::directory_iterator(root_ / "b" / ".xsilo-free")) {
+    struct stat st {};
+    ASSERT_EQ(::stat(e.path().c_str(), &st), 0);
+    deleted = st.st_ctime;
+  }
   while (std::time(nullptr) <= deleted) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   store->Trim();
   EXPECT_EQ(FreeFiles(), 0u);
