@@ -341,7 +341,7 @@ TEST(GrpcReconnect, CutMidMessageFailsThatSendThenTheExchangeGoesOn) {
 
 // A message's kStripeParam confines its chunks to the first K streams of a
 // striped link (the auto backend's inline and striped sends); without it
-// the chunks go on every stream. Seen from a raw client's four streams.
+// the chunks may go on any stream. Seen from a raw client's four streams.
 TEST(GrpcStripe, AMessageGoesOnlyOnTheStreamsItsStripeNames) {
   const int port = FreeTcpPort();
   auto server = StartServer(port, 2);
@@ -391,14 +391,14 @@ TEST(GrpcStripe, AMessageGoesOnlyOnTheStreamsItsStripeNames) {
     const int used = stripes[k] > 0 ? stripes[k] : kStreams;
     std::lock_guard<std::mutex> lock(mu);
     const Seen& m = seen[k + 1];
-    for (int i = 0; i < kStreams; ++i) {
-      if (i < used) {
-        EXPECT_GT(m.per_stream[static_cast<size_t>(i)], 0u)
-            << "stripe " << stripes[k] << " stream " << i;
-      } else {
-        EXPECT_EQ(m.per_stream[static_cast<size_t>(i)], 0u)
-            << "stripe " << stripes[k] << " stream " << i;
-      }
+    // Which of the allowed streams carry a chunk is up to whichever writer
+    // is free first (link.cpp, WriterLoop): a stream still busy with the
+    // earlier messages may carry none of this one (it happened once, for
+    // stream 0 of the unconfined message, in a clean-clone make test). What
+    // the param promises is that no chunk goes past the stripe.
+    for (int i = used; i < kStreams; ++i) {
+      EXPECT_EQ(m.per_stream[static_cast<size_t>(i)], 0u)
+          << "stripe " << stripes[k] << " stream " << i;
     }
   }
   for (auto& c : streams) c->Cancel();
