@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "s3/crypto.h"
 #include "s3/errors.h"
 
 namespace xsilo::s3 {
@@ -14,12 +15,6 @@ constexpr size_t kMaxSizeDigits = 16;  // 64 bits
 
 Status Bad(const std::string& why) { return S3Error("IncompleteBody", "aws-chunked body: " + why); }
 
-int HexValue(char ch) {
-  if (ch >= '0' && ch <= '9') return ch - '0';
-  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
-  return -1;
-}
 }  // namespace
 
 Result<uint64_t> DecodeAwsChunks(uint8_t* data, uint64_t size, uint64_t decoded_length,

@@ -21,6 +21,13 @@ Sha256Digest HmacSha256(std::span<const uint8_t> key, std::string_view data);
 Md5Digest Md5(std::span<const uint8_t> bytes);
 
 std::string Hex(std::span<const uint8_t> bytes);
+// The value of one hex digit (either case), or -1.
+inline int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
 template <size_t N>
 std::string Hex(const std::array<uint8_t, N>& a) {
   return Hex(std::span<const uint8_t>(a.data(), N));
