@@ -18,7 +18,7 @@ PACKAGES=(
   # tests
   libgtest-dev libgmock-dev
   # s3: client (libcurl, OpenSSL for SigV4) and embedded server; curl CLI for interop tests
-  libcurl4-openssl-dev libssl-dev curl
+  libcurl4-openssl-dev libssl-dev zlib1g-dev curl
   # s3 interop tests: boto3 against the embedded server and s3rver, run by pytest from ctest
   python3-boto3 python3-pytest
   # mpi-generic / mpi-buffer transports (Open MPI)

@@ -131,6 +131,7 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
       store.options["addressing"] = "path";
       store.options["create_bucket"] = "0";
       store.options["local_dir"] = server->directory();  // rank 0's own puts skip HTTP
+      store.options["local_etags"] = "xxh3";             // as the embedded server's own
       XSILO_ASSIGN_OR_RETURN(std::unique_ptr<Connector> c, MakeConnector(store));
       connector = std::move(c);
       keepalive = std::move(server);

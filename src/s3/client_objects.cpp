@@ -20,7 +20,12 @@ S3ObjectInfo InfoFromHeaders(const std::string& key, const Reply& r) {
   if (const std::string* v = r.Header("etag")) info.etag = *v;
   if (const std::string* v = r.Header("content-type")) info.content_type = *v;
   if (const std::string* v = r.Header("last-modified")) info.last_modified = ParseHttpDate(*v);
-  if (const std::string* v = r.Header("x-amz-checksum-sha256")) info.checksum_sha256 = *v;
+  // A multipart object's composite checksum ("<base64>-<parts>") is not the
+  // SHA-256 of its bytes: nothing to verify a download against.
+  if (const std::string* v = r.Header("x-amz-checksum-sha256");
+      v != nullptr && v->find('-') == std::string::npos) {
+    info.checksum_sha256 = *v;
+  }
   for (const auto& [k, v] : r.headers) {
     if (k.rfind("x-amz-meta-", 0) == 0) info.metadata.emplace_back(k.substr(11), v);
     for (std::string_view name : kStoredHeaderNames) {

@@ -1,6 +1,8 @@
 #include "s3/http_server.h"
 #include "s3/http_parse.h"
 
+#include "s3/crypto.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -26,12 +29,6 @@ const std::string* HttpRequest::Header(std::string_view lower_name) const {
     if (k == lower_name) return &v;
   }
   return nullptr;
-}
-
-Result<Buffer> BodyReader::ReadAll() {
-  XSILO_ASSIGN_OR_RETURN(Buffer b, Buffer::Allocate(remaining()));
-  XSILO_RETURN_IF_ERROR(Read(b.mutable_data(), b.size()));
-  return b;
 }
 
 void HttpResponse::ClearFile() {
@@ -197,26 +194,47 @@ struct Conn {
 
 class ConnBodyReader : public BodyReader {
  public:
-  ConnBodyReader(Conn& conn, uint64_t length, bool expect_continue)
-      : conn_(conn), remaining_(length), expect_continue_(expect_continue) {}
-  uint64_t remaining() const override { return remaining_; }
-  bool continue_pending() const { return expect_continue_; }
+  ConnBodyReader(Conn& conn, const HttpRequest& req, bool expect_continue, uint64_t max_line_bytes)
+      : conn_(conn),
+        chunked_(req.chunked),
+        remaining_(req.has_content_length ? req.content_length : 0),
+        expect_continue_(expect_continue),
+        max_line_bytes_(max_line_bytes) {}
 
-  Status Read(uint8_t* dst, uint64_t n) override {
-    if (n > remaining_) return InvalidArgument("read past the end of the body");
-    if (expect_continue_) {
-      expect_continue_ = false;
-      if (!SendString(conn_.fd, "HTTP/1.1 100 Continue\r\n\r\n")) {
-        return Unavailable("connection lost sending 100 Continue");
-      }
+  bool pending() const override { return chunked_ ? !chunked_done_ : remaining_ > 0; }
+
+  Result<Buffer> ReadAll(uint64_t limit, const Observer& observe) override {
+    XSILO_RETURN_IF_ERROR(SendContinue());
+    if (chunked_) return ReadChunked(limit, observe);
+    if (remaining_ > limit) {
+      return ResourceExhausted("body of " + std::to_string(remaining_) + " bytes exceeds " +
+                               std::to_string(limit));
     }
+    XSILO_ASSIGN_OR_RETURN(Buffer b, Buffer::Allocate(remaining_));
+    XSILO_RETURN_IF_ERROR(ReadExact(b.mutable_data(), b.size(), observe));
+    remaining_ = 0;
+    return b;
+  }
+
+ private:
+  Status SendContinue() {
+    if (!expect_continue_) return Status::OK();
+    expect_continue_ = false;
+    if (!SendString(conn_.fd, "HTTP/1.1 100 Continue\r\n\r\n")) {
+      return Unavailable("connection lost sending 100 Continue");
+    }
+    return Status::OK();
+  }
+
+  // n bytes into dst: what is buffered first, then straight from the socket.
+  Status ReadExact(uint8_t* dst, uint64_t n, const Observer& observe) {
     uint64_t from_buf = std::min<uint64_t>(n, conn_.buffered());
     if (from_buf > 0) {
       std::memcpy(dst, conn_.buf.data() + conn_.start, from_buf);
       conn_.start += from_buf;
+      if (observe) observe(dst, from_buf);
       dst += from_buf;
       n -= from_buf;
-      remaining_ -= from_buf;
     }
     while (n > 0) {
       size_t want = static_cast<size_t>(std::min<uint64_t>(n, 1ull << 30));
@@ -226,17 +244,97 @@ class ConnBodyReader : public BodyReader {
         return Unavailable(got == 0 ? "connection closed mid-body"
                                     : "body read failed or timed out");
       }
+      if (observe) observe(dst, static_cast<size_t>(got));
       dst += got;
       n -= got;
-      remaining_ -= got;
     }
     return Status::OK();
   }
 
- private:
+  // One CRLF-terminated line of the chunked framing, without the CRLF.
+  Result<std::string> ReadLine() {
+    for (;;) {
+      std::string_view unread(conn_.buf.data() + conn_.start, conn_.buffered());
+      size_t eol = unread.find("\r\n");
+      if (eol != std::string_view::npos) {
+        if (eol > max_line_bytes_) break;
+        std::string line(unread.substr(0, eol));
+        conn_.start += eol + 2;
+        return line;
+      }
+      if (conn_.buffered() > max_line_bytes_) break;
+      if (conn_.Fill() <= 0) return Unavailable("connection closed in a chunked body");
+    }
+    return InvalidArgument("chunked body: line too long");
+  }
+
+  // Transfer-Encoding: chunked (RFC 9112 7.1): chunk sizes in hex, chunk
+  // extensions ignored, trailer fields read and dropped.
+  Result<Buffer> ReadChunked(uint64_t limit, const Observer& observe) {
+    constexpr uint64_t kBlock = 8ull << 20;
+    std::vector<Buffer> blocks;
+    uint64_t used = 0;   // bytes in the last block
+    uint64_t total = 0;  // bytes of body decoded
+    for (;;) {
+      XSILO_ASSIGN_OR_RETURN(std::string line, ReadLine());
+      std::string_view digits(line);
+      if (size_t semi = digits.find(';'); semi != std::string_view::npos) {
+        digits = digits.substr(0, semi);
+      }
+      while (!digits.empty() && (digits.back() == ' ' || digits.back() == '\t')) {
+        digits.remove_suffix(1);
+      }
+      if (digits.empty() || digits.size() > 15) return InvalidArgument("chunked body: bad size");
+      uint64_t n = 0;
+      for (char ch : digits) {
+        int v = HexValue(ch);
+        if (v < 0) return InvalidArgument("chunked body: size is not hex");
+        n = n * 16 + static_cast<uint64_t>(v);
+      }
+      if (n == 0) break;
+      if (n > limit - total) {
+        return ResourceExhausted("chunked body exceeds " + std::to_string(limit) + " bytes");
+      }
+      while (n > 0) {
+        if (blocks.empty() || used == blocks.back().size()) {
+          XSILO_ASSIGN_OR_RETURN(Buffer b,
+                                 Buffer::Allocate(std::min(std::max(n, kBlock), limit - total)));
+          blocks.push_back(std::move(b));
+          used = 0;
+        }
+        uint64_t take = std::min(n, blocks.back().size() - used);
+        XSILO_RETURN_IF_ERROR(ReadExact(blocks.back().mutable_data() + used, take, observe));
+        used += take;
+        total += take;
+        n -= take;
+      }
+      XSILO_ASSIGN_OR_RETURN(std::string end, ReadLine());
+      if (!end.empty()) return InvalidArgument("chunked body: chunk longer than its size");
+    }
+    for (size_t fields = 0;; ++fields) {  // trailer section, then an empty line
+      XSILO_ASSIGN_OR_RETURN(std::string line, ReadLine());
+      if (line.empty()) break;
+      if (fields == 64) return InvalidArgument("chunked body: too many trailer fields");
+    }
+    chunked_done_ = true;
+    if (blocks.empty()) return Buffer();
+    if (blocks.size() == 1) return blocks.front().SliceUnchecked(0, used);
+    XSILO_ASSIGN_OR_RETURN(Buffer joined, Buffer::Allocate(total));
+    uint64_t at = 0;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      uint64_t len = i + 1 == blocks.size() ? used : blocks[i].size();
+      std::memcpy(joined.mutable_data() + at, blocks[i].data(), len);
+      at += len;
+    }
+    return joined;
+  }
+
   Conn& conn_;
+  const bool chunked_;
+  bool chunked_done_ = false;
   uint64_t remaining_;
   bool expect_continue_;
+  const uint64_t max_line_bytes_;
 };
 
 }  // namespace
@@ -533,14 +631,25 @@ bool HttpServer::ServeConnection(int fd) {
       send_error(400, why);
       return false;
     }
-    if (req.Header("transfer-encoding") != nullptr) {
-      send_error(501, "Transfer-Encoding is not supported; send Content-Length");
-      return false;
+    if (const std::string* te = req.Header("transfer-encoding")) {
+      // Only chunked, and never beside a Content-Length (a request that
+      // frames its body two ways is how requests are smuggled).
+      std::string lower = *te;
+      for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (lower != "chunked") {
+        send_error(501, "Transfer-Encoding other than chunked is not supported");
+        return false;
+      }
+      if (req.has_content_length) {
+        send_error(400, "both Transfer-Encoding and Content-Length");
+        return false;
+      }
+      req.chunked = true;
     }
     const std::string* expect = req.Header("expect");
     bool expect_continue =
         expect != nullptr && (*expect == "100-continue" || *expect == "100-Continue");
-    ConnBodyReader body(conn, req.has_content_length ? req.content_length : 0, expect_continue);
+    ConnBodyReader body(conn, req, expect_continue, options_.max_header_bytes);
 
     HttpResponse resp;
     handler_(req, body, &resp);
@@ -549,7 +658,7 @@ bool HttpServer::ServeConnection(int fd) {
       resp.content_length = resp.file_fd >= 0 ? resp.file_length : 0;
       for (const Buffer& b : resp.body) resp.content_length += b.size();
     }
-    bool close = resp.close || !req.keep_alive || body.remaining() > 0 || stopping_;
+    bool close = resp.close || !req.keep_alive || body.pending() || stopping_;
     std::string out =
         "HTTP/1.1 " + std::to_string(resp.status) + " " + std::string(Reason(resp.status)) + "\r\n";
     for (const auto& [k, v] : resp.headers) {

@@ -36,6 +36,7 @@ struct HttpRequest {
   Params headers;         // names lowercased, values trimmed, in arrival order
   bool has_content_length = false;
   uint64_t content_length = 0;
+  bool chunked = false;  // Transfer-Encoding: chunked (then no Content-Length)
   bool keep_alive = true;
 
   // First value of a header (lowercase name), or nullptr.
@@ -46,12 +47,18 @@ struct HttpRequest {
 // whole body makes the server close the connection after the response.
 class BodyReader {
  public:
+  // Sees each piece of the body as it lands in the Buffer ReadAll returns,
+  // in order, so that a handler hashes bytes while the rest is in flight.
+  using Observer = std::function<void(const uint8_t* data, size_t n)>;
   virtual ~BodyReader() = default;
-  virtual uint64_t remaining() const = 0;
-  // Reads exactly n bytes (n <= remaining()) into dst.
-  virtual Status Read(uint8_t* dst, uint64_t n) = 0;
-  // Allocates one Buffer of remaining() bytes and reads the body into it.
-  Result<Buffer> ReadAll();
+  // True while body bytes remain unread.
+  virtual bool pending() const = 0;
+  // Reads the whole body into one Buffer: a Content-Length body straight
+  // into a Buffer of that size; a chunked one decoded (pieces gathered, then
+  // joined). A body of more than `limit` bytes fails with
+  // ResourceExhausted before it is read past the limit; a connection lost
+  // or broken framing with Unavailable / InvalidArgument.
+  virtual Result<Buffer> ReadAll(uint64_t limit, const Observer& observe) = 0;
 };
 
 struct HttpResponse {

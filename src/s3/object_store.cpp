@@ -7,8 +7,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/xxh3.h"
-
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -18,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "s3/errors.h"
@@ -67,12 +66,9 @@ class MemoryObjectStore : public ObjectStore {
   Status Put(const std::string& bucket, const std::string& key, StoredObject object,
              const PutCondition& condition) override {
     if (object.etag.empty()) {
-      std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
-                                                                     &XXH3_freeState);
-      XXH3_128bits_reset(state.get());
-      for (const Buffer& b : object.segments) XXH3_128bits_update(state.get(), b.data(), b.size());
-      XXH128_hash_t h = XXH3_128bits_digest(state.get());
-      object.etag = FormatEtag(h.high64, h.low64);
+      EtagHasher h(object.etag_hash);
+      for (const Buffer& b : object.segments) h.Update(b.data(), b.size());
+      object.etag = h.Finish();
     }
     StoredObject old;  // released outside the lock
     std::lock_guard<std::mutex> lock(mu_);
@@ -275,23 +271,18 @@ class DirectoryObjectStore : public ObjectStore {
     Status st;
     // Without an ETag, hash each chunk just before writing it, while it is
     // still in cache: one pass over the bytes instead of two.
-    const bool hash = object.etag.empty();
-    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(
-        hash ? XXH3_createState() : nullptr, &XXH3_freeState);
-    if (hash) XXH3_128bits_reset(state.get());
+    std::optional<EtagHasher> hash;
+    if (object.etag.empty()) hash.emplace(object.etag_hash);
     constexpr uint64_t kChunk = 1 << 20;
     for (const Buffer& b : object.segments) {
       for (uint64_t off = 0; st.ok() && off < b.size(); off += kChunk) {
         const uint64_t n = std::min(kChunk, b.size() - off);
-        if (hash) XXH3_128bits_update(state.get(), b.data() + off, n);
+        if (hash) hash->Update(b.data() + off, n);
         st = WriteAll(fd, b.data() + off, n);
       }
       if (!st.ok()) break;
     }
-    if (hash) {
-      XXH128_hash_t h = XXH3_128bits_digest(state.get());
-      object.etag = FormatEtag(h.high64, h.low64);
-    }
+    if (hash) object.etag = hash->Finish();
     // A recycled file may be longer than the object.
     if (st.ok() && ::ftruncate(fd, static_cast<off_t>(object.size)) != 0) {
       st = S3Error("InternalError", std::string("ftruncate: ") + std::strerror(errno));
@@ -301,7 +292,9 @@ class DirectoryObjectStore : public ObjectStore {
       std::string meta_tmp = tmp + ".meta";
       {
         std::ofstream m(meta_tmp, std::ios::binary | std::ios::trunc);
-        m << object.etag << "\n" << object.content_type << "\n" << object.checksum_sha256 << "\n";
+        m << object.etag << "\n" << object.content_type << "\n";
+        if (!object.checksum.empty()) m << object.checksum_algorithm << ":" << object.checksum;
+        m << "\n";
         for (const auto& [k, v] : object.user_metadata) m << k << "\t" << v << "\n";
         for (const auto& [k, v] : object.headers) m << k << "\t" << v << "\n";
         if (!m) st = S3Error("InternalError", "write " + meta_tmp);
@@ -542,7 +535,12 @@ class DirectoryObjectStore : public ObjectStore {
     if (std::getline(m, etag) && !etag.empty()) o->etag = etag;
     if (std::getline(m, type) && !type.empty()) o->content_type = type;
     std::string line;
-    if (std::getline(m, line)) o->checksum_sha256 = line;
+    // "<algorithm>:<base64>"; before flexible checksums, a bare base64 SHA-256.
+    if (std::getline(m, line) && !line.empty()) {
+      const size_t colon = line.find(':');
+      o->checksum_algorithm = colon == std::string::npos ? "SHA256" : line.substr(0, colon);
+      o->checksum = colon == std::string::npos ? line : line.substr(colon + 1);
+    }
     while (std::getline(m, line)) {
       size_t tab = line.find('\t');
       if (tab == std::string::npos) continue;
@@ -562,12 +560,6 @@ class DirectoryObjectStore : public ObjectStore {
 
 OpenFile::~OpenFile() {
   if (fd >= 0) ::close(fd);
-}
-
-std::string FormatEtag(uint64_t high64, uint64_t low64) {
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "\"%016" PRIx64 "%016" PRIx64 "\"", high64, low64);
-  return buf;
 }
 
 std::unique_ptr<ObjectStore> NewMemoryObjectStore() {

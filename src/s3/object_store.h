@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "s3/etag.h"
 #include "xsilo/core/buffer.h"
 #include "xsilo/core/status.h"
 
@@ -36,12 +37,18 @@ struct StoredObject {
   // send it with sendfile(2), no copy through user space. Null otherwise.
   std::shared_ptr<const OpenFile> file;
   uint64_t size = 0;
-  // Quoted, as S3 sends it. Left empty, the store computes the 128-bit
-  // XXH3 ETag of a PUT itself (the directory store while it writes).
+  // Quoted, as S3 sends it. Left empty, the store computes it itself with
+  // `etag_hash` (the directory store while it writes).
   std::string etag;
+  EtagHash etag_hash = EtagHash::kMd5;
   std::time_t mtime = 0;
   std::string content_type = "application/octet-stream";
-  std::string checksum_sha256;  // base64, as given in x-amz-checksum-sha256 at PUT; may be ""
+  // The flexible checksum the object was stored with (verified at PUT):
+  // "CRC32", "CRC32C", "CRC64NVME", "SHA1" or "SHA256", and its base64
+  // value (a multipart object's composite one ends in "-<parts>"); both
+  // empty when the upload sent none.
+  std::string checksum_algorithm;
+  std::string checksum;
   std::vector<std::pair<std::string, std::string>> user_metadata;  // x-amz-meta-* (lowercase)
   // The standard headers S3 keeps with an object and returns on GET/HEAD
   // (Cache-Control, Content-Disposition, Content-Encoding, Content-Language,
@@ -88,9 +95,6 @@ class ObjectStore {
   // age). Thread-safe; a no-op by default.
   virtual void Trim() {}
 };
-
-// The ETag of a single PUT: the 128-bit XXH3 of the bytes, quoted hex.
-std::string FormatEtag(uint64_t high64, uint64_t low64);
 
 std::unique_ptr<ObjectStore> NewMemoryObjectStore();
 struct DirectoryStoreOptions {

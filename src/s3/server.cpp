@@ -20,11 +20,11 @@
 #include <set>
 #include <thread>
 
-#include "s3/aws_chunked.h"
 #include "s3/crypto.h"
 #include "s3/errors.h"
 #include "s3/http_server.h"
 #include "s3/object_store.h"
+#include "s3/request_body.h"
 #include "s3/sigv4.h"
 #include "s3/xml.h"
 #include "s3/xml_bodies.h"
@@ -53,6 +53,7 @@ struct Part {
   uint64_t size = 0;
   std::string etag;  // quoted
   std::time_t mtime = 0;
+  std::string checksum_algorithm, checksum;  // as UploadPart verified or computed them
 };
 
 struct Upload {
@@ -64,6 +65,9 @@ struct Upload {
   std::time_t initiated = 0;
   uint64_t seq = 0;  // orders uploads of one key by initiation, for ListMultipartUploads
   std::map<int, Part> parts;
+  // x-amz-checksum-algorithm of CreateMultipartUpload: every part carries
+  // that checksum, and the object a composite one.
+  std::optional<s3::ChecksumAlgorithm> checksum_algorithm;
 };
 
 // One request being served.
@@ -74,7 +78,7 @@ struct Ctx {
   Params query;
   std::string bucket;
   std::string key;
-  std::string payload_hash;  // hex, UNSIGNED-PAYLOAD or kStreamingSigned
+  std::string payload_hash;  // hex, UNSIGNED-PAYLOAD, kStreamingSigned or kStreamingUnsignedTrailer
   std::string request_id;
   bool head = false;
   bool anonymous = false;  // unsigned, accepted because of allow_anonymous
@@ -91,9 +95,10 @@ struct Ctx {
   bool HasQuery(std::string_view name) const { return Query(name) != nullptr; }
 };
 
-std::string QuotedHex128(const void* data, size_t n, XXH3_state_t* state = nullptr) {
-  XXH128_hash_t h = state ? XXH3_128bits_digest(state) : XXH3_128bits(data, n);
-  return s3::FormatEtag(h.high64, h.low64);
+std::string SegmentsEtag(s3::EtagHash kind, const std::vector<Buffer>& segments) {
+  s3::EtagHasher h(kind);
+  for (const Buffer& b : segments) h.Update(b.data(), b.size());
+  return h.Finish();
 }
 
 std::string StripQuotes(std::string s) {
@@ -165,12 +170,18 @@ std::vector<Buffer> SliceSegments(const std::vector<Buffer>& segs, uint64_t offs
   return out;
 }
 
-std::string QuotedHex128(const std::vector<Buffer>& segments) {
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
-                                                                 &XXH3_freeState);
-  XXH3_128bits_reset(state.get());
-  for (const Buffer& b : segments) XXH3_128bits_update(state.get(), b.data(), b.size());
-  return QuotedHex128(nullptr, 0, state.get());
+// The response headers of a stored checksum: x-amz-checksum-<algorithm>.
+Params ChecksumHeaders(const std::string& algorithm, const std::string& value) {
+  Params out;
+  auto a = s3::ParseChecksumAlgorithm(algorithm);
+  if (a && !value.empty()) out.emplace_back(s3::ChecksumHeader(*a), value);
+  return out;
+}
+
+// <ChecksumCRC32>v</ChecksumCRC32>, or "" without a checksum.
+std::string ChecksumXml(const std::string& algorithm, const std::string& value) {
+  if (algorithm.empty() || value.empty()) return "";
+  return "<Checksum" + algorithm + ">" + s3::XmlEscape(value) + "</Checksum" + algorithm + ">";
 }
 
 bool AllDigits(std::string_view s, size_t max_len) {
@@ -277,9 +288,6 @@ Precondition EvaluatePreconditions(const HttpRequest& req, const StoredObject& o
   }
   return Precondition::kProceed;
 }
-
-// x-amz-content-sha256 of an aws-chunked upload with signed chunks.
-constexpr std::string_view kStreamingSigned = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD";
 
 Status PreconditionFailed() {
   return S3Error("PreconditionFailed",
@@ -410,6 +418,7 @@ struct S3Server::Impl {
   struct Completed {
     XXH128_hash_t request;
     std::string etag;
+    std::string checksum_xml;
   };
   static constexpr size_t kRememberedCompletions = 1024;
   std::map<std::string, Completed> completed;
@@ -438,8 +447,12 @@ struct S3Server::Impl {
   void SendError(Ctx& c, const Status& st);
   void SendXml(Ctx& c, int status, std::string xml);
 
-  Result<Buffer> ReadBody(Ctx& c, uint64_t limit, std::string* checksum_b64);
-  Result<Buffer> DecodeSignedChunks(Ctx& c, Buffer raw, uint64_t decoded_length);
+  // Reads and verifies the body (s3/request_body.h); limit in decoded bytes.
+  Result<s3::RequestBody> ReadBody(Ctx& c, s3::BodyOptions options);
+  Result<Buffer> ReadXmlBody(Ctx& c);
+  s3::EtagHash etag_hash() const {
+    return opts.md5_etags ? s3::EtagHash::kMd5 : s3::EtagHash::kXxh3;
+  }
 
   Status ListBuckets(Ctx& c);
   Status CreateBucket(Ctx& c);
@@ -456,7 +469,8 @@ struct S3Server::Impl {
   Status CreateUpload(Ctx& c);
   Status UploadPart(Ctx& c);
   Status CompleteUpload(Ctx& c);
-  static std::string CompleteResultXml(const Ctx& c, const std::string& etag);
+  static std::string CompleteResultXml(const Ctx& c, const std::string& etag,
+                                       const std::string& checksum_xml);
   Status AbortUpload(Ctx& c);
 };
 
@@ -675,13 +689,15 @@ Status S3Server::Impl::Authenticate(Ctx& c) {
       return S3Error("InvalidRequest",
                      "Missing required header for this request: x-amz-content-sha256");
     }
-    if (sha->rfind("STREAMING-", 0) == 0 && *sha != kStreamingSigned) {
+    const bool streaming = *sha == s3::kStreamingSigned || *sha == s3::kStreamingUnsignedTrailer;
+    if (sha->rfind("STREAMING-", 0) == 0 && !streaming) {
       return S3Error("NotImplemented",
-                     "aws-chunked uploads are supported with signed chunks only "
-                     "(x-amz-content-sha256: STREAMING-AWS4-HMAC-SHA256-PAYLOAD), not " +
+                     "aws-chunked uploads are supported with signed chunks "
+                     "(STREAMING-AWS4-HMAC-SHA256-PAYLOAD) or unsigned chunks and a trailer "
+                     "(STREAMING-UNSIGNED-PAYLOAD-TRAILER), not " +
                          *sha);
     }
-    if (*sha != s3::kUnsignedPayload && *sha != kStreamingSigned && !IsLowerHex64(*sha)) {
+    if (*sha != s3::kUnsignedPayload && !streaming && !IsLowerHex64(*sha)) {
       return S3Error("InvalidArgument",
                      "x-amz-content-sha256 must be UNSIGNED-PAYLOAD or a valid sha256 value.");
     }
@@ -756,7 +772,7 @@ Status S3Server::Impl::Authenticate(Ctx& c) {
                    "The request signature we calculated does not match the signature you provided. "
                    "Check your key and signing method.");
   }
-  if (c.payload_hash == kStreamingSigned) {
+  if (c.payload_hash == s3::kStreamingSigned) {
     c.chunk_seed = auth.signature;
     c.amz_date = auth.amz_date;
     c.date_stamp = auth.date_stamp;
@@ -765,113 +781,26 @@ Status S3Server::Impl::Authenticate(Ctx& c) {
   return Status::OK();
 }
 
-// An aws-chunked body with signed chunks (x-amz-content-sha256:
-// STREAMING-AWS4-HMAC-SHA256-PAYLOAD), decoded in place (s3/aws_chunked.h):
-// each chunk's signature signs its bytes chained to the one before, the
-// first to the request's.
-Result<Buffer> S3Server::Impl::DecodeSignedChunks(Ctx& c, Buffer raw, uint64_t decoded_length) {
-  std::string previous = c.chunk_seed;
-  uint64_t at = 0;
-  auto verify = [&](std::span<const uint8_t> bytes, std::string_view given) -> Status {
-    const std::string to_sign = "AWS4-HMAC-SHA256-PAYLOAD\n" + c.amz_date + "\n" + c.scope + "\n" +
-                                previous + "\n" + std::string(s3::kEmptySha256Hex) + "\n" +
-                                s3::Hex(s3::Sha256(bytes));
-    std::string expected = s3::Signature(opts.secret_key, c.date_stamp, opts.region, "s3", to_sign);
-    if (!s3::SecureEquals(expected, given)) {
-      return S3Error("SignatureDoesNotMatch",
-                     "The chunk signature we calculated does not match the signature you "
-                     "provided (chunk at byte " +
-                         std::to_string(at) + ").");
-    }
-    previous = std::move(expected);
-    at += bytes.size();
-    return Status::OK();
-  };
-  XSILO_ASSIGN_OR_RETURN(uint64_t written, s3::DecodeAwsChunks(raw.mutable_data(), raw.size(),
-                                                               decoded_length, verify));
-  return raw.SliceUnchecked(0, written);
+Result<s3::RequestBody> S3Server::Impl::ReadBody(Ctx& c, s3::BodyOptions options) {
+  s3::BodyAuth auth;
+  auth.payload_hash = c.payload_hash;
+  if (c.payload_hash == s3::kStreamingSigned) {
+    auth.chunk_seed = c.chunk_seed;
+    auth.amz_date = c.amz_date;
+    auth.date_stamp = c.date_stamp;
+    auth.scope = c.scope;
+    auth.secret_key = opts.secret_key;
+    auth.region = opts.region;
+  }
+  bool close = false;
+  auto body = s3::ReadRequestBody(c.req, c.body, auth, options, &close);
+  if (close) c.resp->close = true;
+  return body;
 }
 
-Result<Buffer> S3Server::Impl::ReadBody(Ctx& c, uint64_t limit, std::string* checksum_b64) {
-  const HttpRequest& req = c.req;
-  if (!req.has_content_length) {
-    return S3Error("MissingContentLength", "You must provide the Content-Length HTTP header.");
-  }
-  const bool chunked = c.payload_hash == kStreamingSigned;
-  uint64_t decoded_length = req.content_length;
-  if (chunked) {
-    const std::string* d = req.Header("x-amz-decoded-content-length");
-    uint64_t n = 0;
-    bool ok = d != nullptr && !d->empty() && d->size() <= 19;
-    for (char ch : ok ? *d : std::string()) {
-      if (ch < '0' || ch > '9') ok = false;
-      n = n * 10 + static_cast<uint64_t>(ch - '0');
-    }
-    if (!ok || n > req.content_length) {
-      c.resp->close = true;
-      return S3Error("MissingContentLength",
-                     "An aws-chunked upload needs a valid x-amz-decoded-content-length header.");
-    }
-    decoded_length = n;
-  }
-  // The framing of chunks adds about 86 bytes per chunk; a body whose
-  // decoded bytes fit is read whole.
-  if (decoded_length > limit || req.content_length - decoded_length > limit / 8 + (1 << 20)) {
-    c.resp->close = true;
-    return S3Error("EntityTooLarge", "Your proposed upload exceeds the maximum allowed size (" +
-                                         std::to_string(limit) + " bytes).");
-  }
-  const std::string* md5_b64 = req.Header("content-md5");
-  const std::string* sha_b64 = req.Header("x-amz-checksum-sha256");
-  std::optional<std::vector<uint8_t>> md5_want, sha_want;
-  if (md5_b64) {
-    md5_want = Base64Decode(*md5_b64);
-    if (!md5_want || md5_want->size() != 16) {
-      c.resp->close = true;
-      return S3Error("InvalidDigest", "The Content-MD5 you specified is not valid.");
-    }
-  }
-  if (sha_b64) {
-    sha_want = Base64Decode(*sha_b64);
-    if (!sha_want || sha_want->size() != 32) {
-      c.resp->close = true;
-      return S3Error("InvalidDigest", "The x-amz-checksum-sha256 you specified is not valid.");
-    }
-  }
-  auto body = c.body.ReadAll();
-  if (!body.ok()) {
-    c.resp->close = true;
-    return S3Error("IncompleteBody",
-                   "You did not provide the number of bytes specified by the "
-                   "Content-Length HTTP header: " +
-                       body.status().message());
-  }
-  if (chunked) {
-    body = DecodeSignedChunks(c, std::move(body).value(), decoded_length);
-    if (!body.ok()) return body.status();
-  }
-  bool check_payload = c.payload_hash != s3::kUnsignedPayload && !chunked;
-  if (check_payload || sha_want) {
-    s3::Sha256Digest d = s3::Sha256(body->span());
-    if (check_payload && s3::Hex(d) != c.payload_hash) {
-      return S3Error(
-          "XAmzContentSHA256Mismatch",
-          "The provided 'x-amz-content-sha256' header does not match what was computed.");
-    }
-    if (sha_want && !std::equal(d.begin(), d.end(), sha_want->begin())) {
-      return S3Error("BadDigest",
-                     "The x-amz-checksum-sha256 you specified did not match the "
-                     "calculated checksum.");
-    }
-    if (sha_b64 && checksum_b64) *checksum_b64 = *sha_b64;
-  }
-  if (md5_want) {
-    s3::Md5Digest d = s3::Md5(body->span());
-    if (!std::equal(d.begin(), d.end(), md5_want->begin())) {
-      return S3Error("BadDigest", "The Content-MD5 you specified did not match what we received.");
-    }
-  }
-  return body;
+Result<Buffer> S3Server::Impl::ReadXmlBody(Ctx& c) {
+  XSILO_ASSIGN_OR_RETURN(s3::RequestBody body, ReadBody(c, {.limit = kMaxXmlBody}));
+  return std::move(body.bytes);
 }
 
 Status S3Server::Impl::ListBuckets(Ctx& c) {
@@ -893,7 +822,7 @@ Status S3Server::Impl::CreateBucket(Ctx& c) {
   }
   if (c.req.content_length > 0) {
     // An optional CreateBucketConfiguration; its location must be ours.
-    XSILO_ASSIGN_OR_RETURN(Buffer body, ReadBody(c, kMaxXmlBody, nullptr));
+    XSILO_ASSIGN_OR_RETURN(Buffer body, ReadXmlBody(c));
     auto loc = s3::XmlText(body.view(), "LocationConstraint");
     if (loc && !loc->empty() && *loc != opts.region) {
       return S3Error("InvalidLocationConstraint",
@@ -1044,7 +973,7 @@ Status S3Server::Impl::ListObjectVersions(Ctx& c) {
 }
 
 Status S3Server::Impl::DeleteObjects(Ctx& c) {
-  XSILO_ASSIGN_OR_RETURN(Buffer body, ReadBody(c, kMaxXmlBody, nullptr));
+  XSILO_ASSIGN_OR_RETURN(Buffer body, ReadXmlBody(c));
   XSILO_RETURN_IF_ERROR(store->HeadBucket(c.bucket));
   std::string_view doc = body.view();
   bool quiet = s3::XmlText(doc, "Quiet").value_or("") == "true";
@@ -1077,18 +1006,23 @@ Status S3Server::Impl::PutObject(Ctx& c) {
   XSILO_RETURN_IF_ERROR(store->HeadBucket(c.bucket));
   XSILO_ASSIGN_OR_RETURN(PutCondition condition, WriteCondition(c.req));
   StoredObject obj;
-  XSILO_ASSIGN_OR_RETURN(Buffer body, ReadBody(c, opts.max_object_bytes, &obj.checksum_sha256));
+  XSILO_ASSIGN_OR_RETURN(s3::RequestBody received,
+                         ReadBody(c, {.limit = opts.max_object_bytes, .etag = etag_hash()}));
+  Buffer body = std::move(received.bytes);
   obj.size = body.size();
-  obj.etag = QuotedHex128(body.data(), body.size());
+  obj.etag = std::move(received.etag);
+  obj.checksum_algorithm = std::move(received.checksum_algorithm);
+  obj.checksum = std::move(received.checksum);
   obj.mtime = std::time(nullptr);
   if (const std::string* ct = c.req.Header("content-type")) obj.content_type = *ct;
   obj.user_metadata = UserMetadata(c.req);
   obj.headers = StoredHeaders(c.req);
   if (!body.empty()) obj.segments.push_back(std::move(body));
-  std::string etag = obj.etag, checksum = obj.checksum_sha256;
+  std::string etag = obj.etag;
+  Params checksum_header = ChecksumHeaders(obj.checksum_algorithm, obj.checksum);
   XSILO_RETURN_IF_ERROR(store->Put(c.bucket, c.key, std::move(obj), condition));
   c.resp->headers.emplace_back("ETag", etag);
-  if (!checksum.empty()) c.resp->headers.emplace_back("x-amz-checksum-sha256", checksum);
+  for (auto& h : checksum_header) c.resp->headers.push_back(std::move(h));
   return Status::OK();
 }
 
@@ -1151,9 +1085,11 @@ Status S3Server::Impl::GetObject(Ctx& c) {
     r->headers.emplace_back("Content-Range", "bytes " + std::to_string(start) + "-" +
                                                  std::to_string(start + len - 1) + "/" +
                                                  std::to_string(obj.size));
-  } else if (!obj.checksum_sha256.empty()) {
+  } else {
     // A whole-object checksum describes only the whole object.
-    r->headers.emplace_back("x-amz-checksum-sha256", obj.checksum_sha256);
+    for (auto& h : ChecksumHeaders(obj.checksum_algorithm, obj.checksum)) {
+      r->headers.push_back(std::move(h));
+    }
   }
   if (c.head) {
     r->omit_body = true;
@@ -1229,9 +1165,19 @@ Status S3Server::Impl::CopyObject(Ctx& c) {
   obj.segments = std::move(src.segments);  // shared, not copied, by the memory store
   obj.size = src.size;
   // A single-PUT ETag is the hash of the bytes, still right; a multipart
-  // one is not: the copy is one object, hashed as a PUT would be.
-  obj.etag = src.etag.find('-') == std::string::npos ? src.etag : QuotedHex128(obj.segments);
-  obj.checksum_sha256 = src.checksum_sha256;
+  // one is not: the copy is one object, hashed as a PUT would be. So is a
+  // composite checksum.
+  const bool was_multipart = src.etag.find('-') != std::string::npos;
+  obj.etag = was_multipart ? SegmentsEtag(etag_hash(), obj.segments) : src.etag;
+  obj.checksum_algorithm = src.checksum_algorithm;
+  obj.checksum = src.checksum;
+  if (obj.checksum.find('-') != std::string::npos) {
+    auto a = s3::ParseChecksumAlgorithm(obj.checksum_algorithm);
+    s3::ChecksumStream whole(a.value_or(s3::ChecksumAlgorithm::kCrc32));
+    for (const Buffer& b : obj.segments) whole.Update(b.data(), b.size());
+    obj.checksum = a ? s3::Base64Of(whole.Finish()) : "";
+    if (!a) obj.checksum_algorithm.clear();
+  }
   if (directive == "COPY") {
     obj.content_type = std::move(src.content_type);
     obj.user_metadata = std::move(src.user_metadata);
@@ -1260,6 +1206,12 @@ Status S3Server::Impl::CreateUpload(Ctx& c) {
   if (const std::string* ct = c.req.Header("content-type")) u.content_type = *ct;
   u.user_metadata = UserMetadata(c.req);
   u.headers = StoredHeaders(c.req);
+  if (const std::string* a = c.req.Header("x-amz-checksum-algorithm")) {
+    u.checksum_algorithm = s3::ParseChecksumAlgorithm(*a);
+    if (!u.checksum_algorithm) {
+      return S3Error("InvalidRequest", "Checksum algorithm provided is unsupported: " + *a);
+    }
+  }
   u.initiated = std::time(nullptr);
   u.seq = next_id.fetch_add(1);
   std::mt19937_64 rng(std::random_device{}());
@@ -1268,6 +1220,9 @@ Status S3Server::Impl::CreateUpload(Ctx& c) {
   {
     std::lock_guard<std::mutex> lock(uploads_mu);
     uploads.emplace(id, std::move(u));
+  }
+  if (const std::string* a = c.req.Header("x-amz-checksum-algorithm")) {
+    c.resp->headers.emplace_back("x-amz-checksum-algorithm", *a);
   }
   SendXml(c, 200,
           "<InitiateMultipartUploadResult" + std::string(kXmlns) + "><Bucket>" +
@@ -1286,16 +1241,28 @@ Status S3Server::Impl::UploadPart(Ctx& c) {
                    "Part number must be an integer between 1 and 10000, inclusive");
   }
   if (c.req.Header("x-amz-copy-source")) return UploadPartCopy(c, part);
+  std::optional<s3::ChecksumAlgorithm> declared;
   {
     std::lock_guard<std::mutex> lock(uploads_mu);
     auto it = uploads.find(*id);
     if (it == uploads.end() || it->second.bucket != c.bucket || it->second.key != c.key) {
-      c.resp->close = c.req.content_length > 0;
+      c.resp->close = c.req.content_length > 0 || c.req.chunked;
       return S3Error("NoSuchUpload", "The specified upload does not exist.");
     }
+    declared = it->second.checksum_algorithm;
   }
-  XSILO_ASSIGN_OR_RETURN(Buffer body, ReadBody(c, opts.max_part_bytes, nullptr));
-  std::string etag = QuotedHex128(body.data(), body.size());
+  XSILO_ASSIGN_OR_RETURN(s3::RequestBody received, ReadBody(c, {.limit = opts.max_part_bytes,
+                                                                .etag = etag_hash(),
+                                                                .checksum_default = declared}));
+  if (declared && received.checksum_algorithm != s3::ChecksumName(*declared)) {
+    return S3Error("InvalidRequest", "The upload was created with x-amz-checksum-algorithm " +
+                                         std::string(s3::ChecksumName(*declared)) +
+                                         " and this part sent a " + received.checksum_algorithm +
+                                         " checksum.");
+  }
+  Buffer body = std::move(received.bytes);
+  std::string etag = std::move(received.etag);
+  Params checksum_header = ChecksumHeaders(received.checksum_algorithm, received.checksum);
   std::lock_guard<std::mutex> lock(uploads_mu);
   auto it = uploads.find(*id);
   if (it == uploads.end()) return S3Error("NoSuchUpload", "The specified upload was aborted.");
@@ -1303,16 +1270,23 @@ Status S3Server::Impl::UploadPart(Ctx& c) {
   std::vector<Buffer> segments;
   if (!body.empty()) segments.push_back(std::move(body));
   Part old = std::move(it->second.parts[part]);  // a re-sent part replaces the first
-  it->second.parts[part] = Part{std::move(segments), size, etag, std::time(nullptr)};
+  it->second.parts[part] = Part{std::move(segments),
+                                size,
+                                etag,
+                                std::time(nullptr),
+                                std::move(received.checksum_algorithm),
+                                std::move(received.checksum)};
   c.resp->headers.emplace_back("ETag", etag);
+  for (auto& h : checksum_header) c.resp->headers.push_back(std::move(h));
   return Status::OK();
 }
 
-std::string S3Server::Impl::CompleteResultXml(const Ctx& c, const std::string& etag) {
+std::string S3Server::Impl::CompleteResultXml(const Ctx& c, const std::string& etag,
+                                              const std::string& checksum_xml) {
   return "<CompleteMultipartUploadResult" + std::string(kXmlns) + "><Location>/" +
          s3::XmlEscape(c.bucket) + "/" + s3::XmlEscape(c.key) + "</Location><Bucket>" +
          s3::XmlEscape(c.bucket) + "</Bucket><Key>" + s3::XmlEscape(c.key) + "</Key><ETag>" +
-         s3::XmlEscape(etag) + "</ETag></CompleteMultipartUploadResult>";
+         s3::XmlEscape(etag) + "</ETag>" + checksum_xml + "</CompleteMultipartUploadResult>";
 }
 
 namespace {
@@ -1339,7 +1313,7 @@ XXH128_hash_t CompletionDigest(const std::string& bucket, const std::string& key
 
 Status S3Server::Impl::CompleteUpload(Ctx& c) {
   const std::string& id = *c.Query("uploadId");
-  XSILO_ASSIGN_OR_RETURN(Buffer body, ReadBody(c, kMaxXmlBody, nullptr));
+  XSILO_ASSIGN_OR_RETURN(Buffer body, ReadXmlBody(c));
   auto parsed = s3::ParseCompleteMultipartUpload(body.view());
   if (!parsed.ok()) {
     return S3Error("MalformedXML", "The XML you provided was not well-formed or did not validate.");
@@ -1377,13 +1351,13 @@ Status S3Server::Impl::CompleteUpload(Ctx& c) {
       auto done = completed.find(id);
       if (done != completed.end() &&
           XXH128_isEqual(done->second.request, CompletionDigest(c.bucket, c.key, listed))) {
-        SendXml(c, 200, CompleteResultXml(c, done->second.etag));
+        SendXml(c, 200, CompleteResultXml(c, done->second.etag, done->second.checksum_xml));
         return Status::OK();
       }
       return S3Error("NoSuchUpload", "The specified upload does not exist.");
     }
     Upload& u = it->second;
-    std::string etags;
+    std::vector<std::string> part_etags;
     for (size_t i = 0; i < listed.size(); ++i) {
       auto [num, etag] = listed[i];
       if (i > 0 && num <= listed[i - 1].first) {
@@ -1404,7 +1378,7 @@ Status S3Server::Impl::CompleteUpload(Ctx& c) {
                                              " is smaller than the minimum allowed size.");
       }
       obj.size += p->second.size;
-      etags += StripQuotes(p->second.etag);
+      part_etags.push_back(p->second.etag);
     }
     if (obj.size > opts.max_object_bytes) {
       return S3Error("EntityTooLarge", "The completed object exceeds the maximum allowed size.");
@@ -1414,8 +1388,22 @@ Status S3Server::Impl::CompleteUpload(Ctx& c) {
     for (const auto& [num, etag] : listed) {
       for (const Buffer& b : u.parts[num].segments) obj.segments.push_back(b);
     }
-    std::string e = QuotedHex128(etags.data(), etags.size());
-    obj.etag = e.substr(0, e.size() - 1) + "-" + std::to_string(listed.size()) + "\"";
+    XSILO_ASSIGN_OR_RETURN(obj.etag, s3::MultipartEtag(etag_hash(), part_etags));
+    if (u.checksum_algorithm) {
+      // Composite: the checksum of the parts' raw checksums, then -<parts>.
+      s3::ChecksumStream composite(*u.checksum_algorithm);
+      for (const auto& [num, etag] : listed) {
+        auto raw = Base64Decode(u.parts[num].checksum);
+        if (u.parts[num].checksum_algorithm != s3::ChecksumName(*u.checksum_algorithm) || !raw) {
+          return S3Error("InvalidPart", "Part " + std::to_string(num) + " has no " +
+                                            std::string(s3::ChecksumName(*u.checksum_algorithm)) +
+                                            " checksum.");
+        }
+        composite.Update(raw->data(), raw->size());
+      }
+      obj.checksum_algorithm = std::string(s3::ChecksumName(*u.checksum_algorithm));
+      obj.checksum = s3::Base64Of(composite.Finish()) + "-" + std::to_string(listed.size());
+    }
     obj.content_type = u.content_type.empty() ? obj.content_type : u.content_type;
     obj.user_metadata = u.user_metadata;
     obj.headers = u.headers;
@@ -1424,6 +1412,7 @@ Status S3Server::Impl::CompleteUpload(Ctx& c) {
   }
   obj.mtime = std::time(nullptr);
   std::string etag = obj.etag;
+  std::string checksum_xml = ChecksumXml(obj.checksum_algorithm, obj.checksum);
   Status stored = store->Put(c.bucket, c.key, std::move(obj), condition);
   if (!stored.ok()) {
     // A refused condition (another writer came first) or a failed write:
@@ -1434,14 +1423,14 @@ Status S3Server::Impl::CompleteUpload(Ctx& c) {
   }
   {
     std::lock_guard<std::mutex> lock(uploads_mu);
-    completed[id] = Completed{CompletionDigest(c.bucket, c.key, listed), etag};
+    completed[id] = Completed{CompletionDigest(c.bucket, c.key, listed), etag, checksum_xml};
     completed_order.push_back(id);
     if (completed_order.size() > kRememberedCompletions) {
       completed.erase(completed_order.front());
       completed_order.pop_front();
     }
   }
-  SendXml(c, 200, CompleteResultXml(c, etag));
+  SendXml(c, 200, CompleteResultXml(c, etag, checksum_xml));
   return Status::OK();
 }
 
@@ -1485,7 +1474,19 @@ Status S3Server::Impl::UploadPartCopy(Ctx& c, int part) {
                                          std::to_string(opts.max_part_bytes) + " bytes).");
   }
   std::vector<Buffer> segments = SliceSegments(src.segments, start, len);
-  std::string etag = QuotedHex128(segments);
+  std::string etag = SegmentsEtag(etag_hash(), segments);
+  std::optional<s3::ChecksumAlgorithm> declared;
+  {
+    std::lock_guard<std::mutex> lock(uploads_mu);
+    auto it = uploads.find(id);
+    if (it != uploads.end()) declared = it->second.checksum_algorithm;
+  }
+  std::string checksum;
+  if (declared) {
+    s3::ChecksumStream sum(*declared);
+    for (const Buffer& b : segments) sum.Update(b.data(), b.size());
+    checksum = s3::Base64Of(sum.Finish());
+  }
   std::time_t now = std::time(nullptr);
   Part old;  // a re-sent part replaces the first; freed outside the lock
   {
@@ -1493,7 +1494,13 @@ Status S3Server::Impl::UploadPartCopy(Ctx& c, int part) {
     auto it = uploads.find(id);
     if (it == uploads.end()) return S3Error("NoSuchUpload", "The specified upload was aborted.");
     old = std::move(it->second.parts[part]);
-    it->second.parts[part] = Part{std::move(segments), len, etag, now};
+    it->second.parts[part] =
+        Part{std::move(segments),
+             len,
+             etag,
+             now,
+             declared ? std::string(s3::ChecksumName(*declared)) : std::string(),
+             checksum};
   }
   SendXml(c, 200,
           "<CopyPartResult" + std::string(kXmlns) + "><LastModified>" + s3::FormatIsoDate(now) +
@@ -1531,8 +1538,9 @@ Status S3Server::Impl::ListParts(Ctx& c) {
       last = p->first;
       parts += "<Part><PartNumber>" + std::to_string(p->first) + "</PartNumber><LastModified>" +
                s3::FormatIsoDate(p->second.mtime) + "</LastModified><ETag>" +
-               s3::XmlEscape(p->second.etag) + "</ETag><Size>" + std::to_string(p->second.size) +
-               "</Size></Part>";
+               s3::XmlEscape(p->second.etag) + "</ETag>" +
+               ChecksumXml(p->second.checksum_algorithm, p->second.checksum) + "<Size>" +
+               std::to_string(p->second.size) + "</Size></Part>";
     }
   }
   std::string xml =
@@ -1731,11 +1739,12 @@ void S3Server::Stop() {
 }
 
 Status PutObjectInDirectory(const std::string& directory, const std::string& bucket,
-                            const std::string& key, const GatherList& body) {
+                            const std::string& key, const GatherList& body, bool md5_etag) {
   if (directory.empty()) return InvalidArgument("PutObjectInDirectory: empty directory");
   if (key.empty() || key.size() > 1024) return InvalidArgument("invalid object key");
   XSILO_ASSIGN_OR_RETURN(auto store, s3::NewDirectoryObjectStore(directory));
   StoredObject obj;  // the ETag is computed while the bytes are written
+  obj.etag_hash = md5_etag ? s3::EtagHash::kMd5 : s3::EtagHash::kXxh3;
   obj.size = body.size;
   for (const Buffer& b : body.segments) {
     if (!b.empty()) obj.segments.push_back(b);

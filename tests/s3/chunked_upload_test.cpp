@@ -175,10 +175,12 @@ TEST_F(ChunkedUploadTest, BrokenFramingIsRefusedAndStoresNothing) {
   req.replace(req.find("x-amz-decoded-content-length"), 28, "x-amz-decoded-content-lengtx");
   r = RawExchange(port_, req);
   EXPECT_EQ(r.status, 411) << r.body;
-  // The unsigned-trailer variant is not implemented.
+  // The signed-trailer variant is not implemented (the unsigned one is:
+  // integrity_test.cpp).
   r = RawExchange(
       port_, SignedRequest(port_, "PUT", "/examplebucket/k", "", "3\r\nabc\r\n0\r\n\r\n", kAwsAk,
-                           kAwsSk, "us-east-1", "STREAMING-UNSIGNED-PAYLOAD-TRAILER"));
+                           kAwsSk, "us-east-1", "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER",
+                           "x-amz-decoded-content-length: 3\r\n"));
   EXPECT_EQ(r.status, 501) << r.body;
   EXPECT_EQ(Get("/examplebucket/k").status, 404);
 }

@@ -62,6 +62,14 @@ struct S3ServerOptions {
   // Accept unsigned requests as well (signed ones are still verified).
   // Default false.
   bool allow_anonymous = false;
+  // ETags as S3 defines them: the hex MD5 of a single-part object, MD5 of
+  // the concatenated part MD5s plus "-<parts>" for a multipart one, which
+  // S3 clients check (rclone, s3cmd, aws s3 sync). Default true. false: the
+  // same shapes from the 128-bit XXH3, about twenty times cheaper, for a
+  // server whose only clients are xsilo's, which never check ETags as MD5
+  // (the hybrid backends' embedded server; xsilo verifies payloads with the
+  // wire format's own checksum).
+  bool md5_etags = true;
   // Buckets created at start (ignored if they already exist). Default none.
   std::vector<std::string> buckets;
   // Largest object a single PUT or a completed multipart upload may have.
@@ -125,9 +133,11 @@ class S3Server {
 // (temporary file, then an atomic rename: the server serves it at once).
 // For a party co-located with its object server: no HTTP, no socket copy,
 // and on a tmpfs directory the bytes are not charged to the caller's RSS.
-// NotFound (NoSuchBucket) when the bucket does not exist.
+// NotFound (NoSuchBucket) when the bucket does not exist. The ETag is
+// computed while the bytes are written: MD5, or XXH3 with md5_etag false
+// (as S3ServerOptions::md5_etags).
 Status PutObjectInDirectory(const std::string& directory, const std::string& bucket,
-                            const std::string& key, const GatherList& body);
+                            const std::string& key, const GatherList& body, bool md5_etag = true);
 
 // Reads an object straight from such a directory: a private (copy-on-write)
 // mapping of its file, no HTTP and no copy; the mapping stays valid after

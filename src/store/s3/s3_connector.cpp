@@ -19,6 +19,8 @@
 //                machine (`xsilo s3d --dir`, the embedded server): Put writes
 //                there and Get maps from there directly, skipping HTTP.
 //                Machine-local, so it is not part of config().
+//   local_etags  md5 | xxh3 (default md5): the ETags of local_dir writes, as
+//                the server's S3ServerOptions::md5_etags.
 #include <algorithm>
 
 #include "store/builtin.h"
@@ -36,6 +38,7 @@ struct S3ConnectorOptions {
   // S3ServerOptions::directory): Put writes objects there directly instead
   // of uploading them. Everything else still goes through the endpoint.
   std::string local_dir;
+  std::string local_etags = "md5";  // or "xxh3", as that server's md5_etags
   int connections = 8, concurrency = 8;
   uint64_t part_bytes = 64ull << 20;
   bool create_bucket = true;
@@ -178,7 +181,8 @@ class S3Connector final : public Connector, public PresignedAccess {
 
   Status Upload(const std::string& id, const GatherList& bytes) {
     if (!o_.local_dir.empty()) {
-      return PutObjectInDirectory(o_.local_dir, o_.bucket, o_.prefix + id, bytes);
+      return PutObjectInDirectory(o_.local_dir, o_.bucket, o_.prefix + id, bytes,
+                                  o_.local_etags != "xxh3");
     }
     UploadObjectArgs args;
     args.bucket = o_.bucket;
@@ -199,7 +203,7 @@ Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& optio
   XSILO_RETURN_IF_ERROR(CheckConnectorOptions(
       "s3", options,
       {"bucket", "endpoint", "region", "access_key", "secret_key", "prefix", "connections",
-       "part_bytes", "concurrency", "addressing", "create_bucket", "local_dir"}));
+       "part_bytes", "concurrency", "addressing", "create_bucket", "local_dir", "local_etags"}));
   S3ConnectorOptions o;
   auto get = [&](const char* k, std::string* out) {
     if (auto it = options.find(k); it != options.end()) *out = it->second;
@@ -212,6 +216,10 @@ Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& optio
   get("prefix", &o.prefix);
   get("addressing", &o.addressing);
   get("local_dir", &o.local_dir);
+  get("local_etags", &o.local_etags);
+  if (o.local_etags != "md5" && o.local_etags != "xxh3") {
+    return InvalidArgument("s3 connector: local_etags must be md5 or xxh3, not " + o.local_etags);
+  }
   if (o.bucket.empty()) return InvalidArgument("s3 connector needs option 'bucket'");
   if (o.access_key.empty() != o.secret_key.empty()) {
     return InvalidArgument("s3 connector: give both access_key and secret_key, or neither");
