@@ -37,6 +37,10 @@ PACKAGES=(
   # example use (Debian's torch, numpy, pytest)
   python3-dev pybind11-dev python3-pybind11 libdlpack-dev python3-numpy python3-torch
   python3-pytest python3-pytest-timeout
+  # xsilo.proxystore (docs/python.md): transparent proxies (lazy-object-proxy's
+  # C extension), cloudpickle for lambdas and local classes, stream brokers
+  # (redis-py, pyzmq); pydantic runs ProxyStore 0.6.5 in bench/proxystore_compare.py
+  python3-lazy-object-proxy python3-cloudpickle python3-redis python3-zmq python3-pydantic
 )
 # Debian's npm, unless an npm is already there (NodeSource's nodejs bundles
 # one and conflicts with Debian's npm package).

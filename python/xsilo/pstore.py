@@ -1,0 +1,694 @@
+"""A ProxyStore-shaped Store over the xsilo engine.
+
+    from xsilo.proxystore import Store, FileConnector
+    store = Store("data", FileConnector("/shared/data"), register=True)
+    p = store.proxy({"weights": numpy_array, "step": 3})  # any picklable object
+    pickle.dumps(p)            # a few hundred bytes: store config + key
+    numpy.sum(p["weights"])    # in any process: resolves once, then forwards
+
+Objects are serialized with pickle protocol 5, their large buffers out of
+band (xsilo.serialize); with a native connector the parts go to the C++
+engine as one gather write and come back as views of the fetched bytes
+(an mmap for the file connector), so numpy arrays and torch tensors are
+neither copied on put nor on get. Such arrays are read-only views, as
+everywhere in xsilo. A connector written in Python gets one packed bytes
+object per put.
+
+The registry (register_store / get_store / unregister_store) holds the
+stores of this process by name; a proxy resolves through the registered
+store of its name, or builds one from the config it carries.
+"""
+
+import atexit
+import importlib
+import os
+import threading
+import time
+import uuid
+from collections import OrderedDict
+
+from . import serialize as _ser
+from .connectors import NativeConnector, make_native_store
+from .proxy import Factory, Proxy, ProxyLocker, is_proxy
+
+
+class StoreError(RuntimeError):
+    """Base of the errors of this module."""
+
+
+class StoreExistsError(StoreError):
+    """A store of that name is registered already."""
+
+
+class StoreClosedError(StoreError):
+    """The store was closed."""
+
+
+class ProxyResolveMissingKeyError(StoreError, LookupError):
+    """A proxy's key is not (or no longer) in its store."""
+
+
+class ReferenceInvalidError(StoreError):
+    """An ownership rule was broken (a borrow of a gone owner, ...)."""
+
+
+class ReferenceNotOwnedError(StoreError, TypeError):
+    """A borrow or clone of something that is not an OwnedProxy."""
+
+
+class MutableBorrowError(StoreError):
+    """A borrow while a mutable borrow exists, or a mutable borrow while any borrow does."""
+
+
+# -- registry ---------------------------------------------------------------
+
+_registry = {}  # name -> (pid, Store)
+_registry_lock = threading.RLock()
+
+
+def register_store(store, exist_ok=False):
+    """Makes store findable by name in this process (get_store)."""
+    with _registry_lock:
+        cur = _registry.get(store.name)
+        if cur is not None and cur[0] == os.getpid() and cur[1] is not store and not exist_ok:
+            raise StoreExistsError(f"a store named {store.name!r} is registered already")
+        _registry[store.name] = (os.getpid(), store)
+
+
+def get_store(name_or_proxy):
+    """The registered store of that name (or of that proxy's key), or None."""
+    name = name_or_proxy
+    if is_proxy(name_or_proxy):
+        f = name_or_proxy.__factory__
+        if not isinstance(f, StoreFactory):
+            return None
+        name = f.store_config["name"]
+    with _registry_lock:
+        cur = _registry.get(name)
+        # After a fork the parent's engine objects are not this process's.
+        if cur is None or cur[0] != os.getpid():
+            return None
+        return cur[1]
+
+
+def unregister_store(name_or_store):
+    name = name_or_store if isinstance(name_or_store, str) else name_or_store.name
+    with _registry_lock:
+        _registry.pop(name, None)
+
+
+def _store_for(config):
+    with _registry_lock:
+        s = get_store(config["name"])
+        if s is None:
+            s = Store.from_config(config)
+            register_store(s, exist_ok=True)
+        return s
+
+
+# -- metrics ----------------------------------------------------------------
+
+class StoreMetrics:
+    """Per-operation count and time (seconds) of a Store made with metrics=True."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._ops = {}
+
+    def record(self, op, seconds):
+        with self._lock:
+            c, t = self._ops.get(op, (0, 0.0))
+            self._ops[op] = (c + 1, t + seconds)
+
+    def summary(self):
+        with self._lock:
+            return {op: {"count": c, "total_s": t, "avg_s": t / c} for op, (c, t) in
+                    self._ops.items()}
+
+
+class _Timed:
+    __slots__ = ("m", "op", "t0")
+
+    def __init__(self, m, op):
+        self.m, self.op = m, op
+
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc):
+        self.m.record(self.op, time.perf_counter() - self.t0)
+
+
+class _NoTimer:
+    def __enter__(self):
+        pass
+
+    def __exit__(self, *exc):
+        pass
+
+
+_NO_TIMER = _NoTimer()
+_MISSING = object()
+
+
+def _class_path(cls):
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _load_class(path):
+    mod, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(mod), name)
+
+
+# -- Store ------------------------------------------------------------------
+
+class Store:
+    """A named store over one connector (native or written in Python).
+
+    cache_size: how many fetched objects are kept (LRU; 0 = none).
+    metrics: record per-operation counts and times (store.metrics).
+    register: add it to this process's registry (register_store).
+    serializer / deserializer: bytes <-> object for every put / get instead
+    of xsilo's pickle 5 (a callable pair, as in ProxyStore).
+    """
+
+    def __init__(self, name, connector, serializer=None, deserializer=None, cache_size=16,
+                 metrics=False, populate_target=False, register=False):
+        if not isinstance(name, str) or not name:
+            raise ValueError("a store needs a non-empty name")
+        if not hasattr(connector, "put") or not hasattr(connector, "get"):
+            raise TypeError(f"not a connector: {type(connector).__name__}")
+        if cache_size < 0:
+            raise ValueError("cache_size must be >= 0")
+        self.name = name
+        self.connector = connector
+        self.serializer = serializer
+        self.deserializer = deserializer
+        self.cache_size = int(cache_size)
+        self.populate_target = populate_target
+        self.metrics = StoreMetrics() if metrics else None
+        self._cache = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._closed = False
+        self._native = None
+        if isinstance(connector, NativeConnector):
+            self._native = make_native_store(name, connector.type, connector.config(), 0)
+        if register:
+            register_store(self)
+
+    # config ---------------------------------------------------------------
+    def config(self):
+        """A small dict that rebuilds this store in any process (from_config)."""
+        return {"name": self.name, "connector_type": _class_path(type(self.connector)),
+                "connector_config": self.connector.config(), "cache_size": self.cache_size,
+                "metrics": self.metrics is not None, "serializer": self.serializer,
+                "deserializer": self.deserializer}
+
+    @classmethod
+    def from_config(cls, config):
+        conn = _load_class(config["connector_type"]).from_config(config["connector_config"])
+        return cls(config["name"], conn, serializer=config.get("serializer"),
+                   deserializer=config.get("deserializer"),
+                   cache_size=config.get("cache_size", 16), metrics=config.get("metrics", False))
+
+    def _timer(self, op):
+        return _NO_TIMER if self.metrics is None else _Timed(self.metrics, op)
+
+    def _check(self):
+        if self._closed:
+            raise StoreClosedError(f"store {self.name!r} is closed")
+
+    # bytes ----------------------------------------------------------------
+    def _put_one(self, obj, serializer):
+        serializer = serializer or self.serializer
+        if serializer is not None:
+            data = serializer(obj)
+            if self._native is not None:
+                return self._native.put_bytes(memoryview(data))
+            return self.connector.put(data)
+        stream, buffers = _ser.dumps(obj)
+        if self._native is not None:
+            parts = {"p": stream}
+            for i, b in enumerate(buffers):
+                parts[f"b{i:06d}"] = b
+            return self._native.put_tensors(parts)
+        return self.connector.put(_ser.pack(stream, buffers))
+
+    def _get_one(self, key, deserializer):
+        deserializer = deserializer or self.deserializer
+        if self._native is not None:
+            if deserializer is not None:
+                t = self._native.get_bytes(key)
+                return _MISSING if t is None else deserializer(bytes(memoryview(t)))
+            parts = self._native.get_tensors(key)
+            if parts is None:
+                return _MISSING
+            names = sorted(parts)
+            bufs = [memoryview(parts[n]) for n in names if n != "p"]
+            return _ser.loads(memoryview(parts["p"]), bufs)
+        data = self.connector.get(key)
+        if data is None:
+            return _MISSING
+        if deserializer is not None:
+            return deserializer(data)
+        return _ser.deserialize(data)
+
+    # the API --------------------------------------------------------------
+    def put(self, obj, serializer=None, lifetime=None):
+        """Stores obj; returns its key."""
+        self._check()
+        with self._timer("put"):
+            key = self._put_one(obj, serializer)
+        if lifetime is not None:
+            lifetime.add_key(key, store=self)
+        return key
+
+    def put_batch(self, objs, serializer=None, lifetime=None):
+        return [self.put(o, serializer, lifetime) for o in objs]
+
+    def get(self, key, deserializer=None, default=None):
+        """The object at key (cached), or default when there is none."""
+        self._check()
+        with self._cache_lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        with self._timer("get"):
+            obj = self._get_one(key, deserializer)
+        if obj is _MISSING:
+            return default
+        if self.cache_size:
+            with self._cache_lock:
+                self._cache[key] = obj
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+        return obj
+
+    def exists(self, key):
+        self._check()
+        with self._timer("exists"):
+            if self._native is not None:
+                return self._native.exists(key)
+            return self.connector.exists(key)
+
+    def evict(self, key):
+        """Removes the object (a no-op when it is not there)."""
+        self._check()
+        with self._cache_lock:
+            self._cache.pop(key, None)
+        with self._timer("evict"):
+            if self._native is not None:
+                self._native.evict(key)
+            else:
+                self.connector.evict(key)
+
+    def is_cached(self, key):
+        with self._cache_lock:
+            return key in self._cache
+
+    def proxy(self, obj, evict=False, lifetime=None, serializer=None, deserializer=None,
+              populate_target=None):
+        """Stores obj; returns a transparent Proxy of it (resolves in any process)."""
+        key = self.put(obj, serializer, lifetime)
+        p = self.proxy_from_key(key, evict=evict, deserializer=deserializer)
+        if populate_target if populate_target is not None else self.populate_target:
+            p.__factory__._populate(obj)
+        return p
+
+    def proxy_batch(self, objs, evict=False, lifetime=None, serializer=None,
+                    deserializer=None):
+        return [self.proxy(o, evict, lifetime, serializer, deserializer) for o in objs]
+
+    def proxy_from_key(self, key, evict=False, deserializer=None):
+        """A Proxy of the object already stored at key."""
+        self._check()
+        return Proxy(StoreFactory(key, self.config(), evict, deserializer, self))
+
+    def locked_proxy(self, obj, **kwargs):
+        """store.proxy(obj) inside a ProxyLocker."""
+        return ProxyLocker(self.proxy(obj, **kwargs))
+
+    def owned_proxy(self, obj, serializer=None, deserializer=None):
+        """An OwnedProxy: the object is evicted when the proxy is deleted."""
+        key = self.put(obj, serializer)
+        return OwnedProxy(OwnedFactory(key, self.config(), False, deserializer, self))
+
+    def future(self, serializer=None, deserializer=None, polling_interval=0.001):
+        """A Future whose value is set later (possibly in another process).
+
+        Needs a connector with deferred keys (new_key / set), e.g. a
+        connector written in Python such as LocalConnector."""
+        self._check()
+        if self._native is not None:
+            raise NotImplementedError(
+                "store.future() needs deferred keys, which the Python bindings of the "
+                "native connectors do not expose yet; use a connector with new_key/set")
+        key = self.connector.new_key()
+        return Future(key, self.config(), serializer, deserializer, polling_interval)
+
+    def close(self, clear=False):
+        """Closes the connector and unregisters the store; later calls raise
+        StoreClosedError."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._cache_lock:
+            self._cache.clear()
+        with _registry_lock:
+            cur = _registry.get(self.name)
+            if cur is not None and cur[1] is self:
+                del _registry[self.name]
+        if self._native is not None:
+            self._native.close()
+        self.connector.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"Store({self.name!r}, {self.connector!r})"
+
+
+# -- factories --------------------------------------------------------------
+
+class StoreFactory(Factory):
+    """Resolves a key through its store: the registered one of that name, or
+    one built from the config. Pickles as (key, config, evict)."""
+
+    __slots__ = ("key", "store_config", "evict", "deserializer", "_store", "_pid")
+
+    def __init__(self, key, store_config, evict=False, deserializer=None, store=None):
+        super().__init__()
+        self.key = key
+        self.store_config = store_config
+        self.evict = evict
+        self.deserializer = deserializer
+        # The store that made the proxy (not pickled): used in this process.
+        self._store = store
+        self._pid = os.getpid()
+
+    def _populate(self, obj):
+        with self._lock:
+            self._target, self._done = obj, True
+
+    def get_store(self):
+        s = self._store
+        if s is not None and not s._closed and self._pid == os.getpid():
+            return s
+        return _store_for(self.store_config)
+
+    def resolve(self):
+        store = self.get_store()
+        obj = store.get(self.key, self.deserializer, default=_MISSING)
+        if obj is _MISSING:
+            raise ProxyResolveMissingKeyError(
+                f"key {self.key!r} is not in store {self.store_config['name']!r}")
+        if self.evict:
+            store.evict(self.key)
+        return obj
+
+    def __reduce__(self):
+        return type(self), (self.key, self.store_config, self.evict, self.deserializer)
+
+
+def get_key(proxy):
+    """The key of a store proxy (None for other proxies). Never resolves."""
+    f = proxy.__factory__ if is_proxy(proxy) else None
+    return f.key if isinstance(f, StoreFactory) else None
+
+
+# -- ownership --------------------------------------------------------------
+
+class OwnedFactory(StoreFactory):
+    __slots__ = ("refs", "mut", "valid", "__weakref__")
+
+    def __init__(self, key, store_config, evict=False, deserializer=None, store=None):
+        super().__init__(key, store_config, evict, deserializer, store)
+        self.refs = 0
+        self.mut = False
+        self.valid = True
+
+
+class OwnedProxy(Proxy):
+    """Owns its object: deleting the proxy evicts it (after ProxyStore's
+    ownership model and the C++ OwnedProxy). borrow / mut_borrow hand out
+    references that never evict; clone copies the object under a new key."""
+
+    __slots__ = ()
+
+    def __del__(self):
+        f = self.__factory__
+        if isinstance(f, OwnedFactory) and f.valid:
+            f.valid = False
+            try:
+                s = f.get_store()
+                if not s._closed:
+                    s.evict(f.key)
+            except Exception:  # noqa: BLE001 - best effort in a finalizer
+                pass
+
+
+class RefProxy(Proxy):
+    """A shared borrow of an OwnedProxy (shares its resolution)."""
+
+    __slots__ = ()
+
+    def __del__(self):
+        f = self.__factory__
+        if isinstance(f, OwnedFactory) and f.refs > 0:
+            f.refs -= 1
+
+
+class RefMutProxy(Proxy):
+    """The one mutable borrow of an OwnedProxy; update() writes it back."""
+
+    __slots__ = ()
+
+    def __del__(self):
+        f = self.__factory__
+        if isinstance(f, OwnedFactory):
+            f.mut = False
+
+
+def _owned_factory(proxy):
+    if type(proxy) is not OwnedProxy:
+        raise ReferenceNotOwnedError(f"not an OwnedProxy: {type(proxy).__name__}")
+    f = proxy.__factory__
+    if not f.valid:
+        raise ReferenceInvalidError("the OwnedProxy no longer owns its object")
+    return f
+
+
+def borrow(proxy):
+    """A RefProxy of an OwnedProxy. MutableBorrowError while it is mutably borrowed."""
+    f = _owned_factory(proxy)
+    if f.mut:
+        raise MutableBorrowError("the proxy is mutably borrowed")
+    f.refs += 1
+    return RefProxy(f)
+
+
+def mut_borrow(proxy):
+    """A RefMutProxy of an OwnedProxy. MutableBorrowError while any borrow exists."""
+    f = _owned_factory(proxy)
+    if f.mut or f.refs:
+        raise MutableBorrowError("the proxy is borrowed already")
+    f.mut = True
+    return RefMutProxy(f)
+
+
+def clone(proxy):
+    """A new OwnedProxy of a copy of the object (stored under a new key)."""
+    f = _owned_factory(proxy)
+    store = f.get_store()
+    return store.owned_proxy(proxy.__wrapped__, deserializer=f.deserializer)
+
+
+def into_owned(proxy):
+    """An OwnedProxy taking over a plain store proxy's object."""
+    if type(proxy) is not Proxy or not isinstance(proxy.__factory__, StoreFactory):
+        raise ValueError("into_owned takes a plain store Proxy")
+    f = proxy.__factory__
+    return OwnedProxy(OwnedFactory(f.key, f.store_config, False, f.deserializer, f._store))
+
+
+def update(proxy):
+    """Writes a mutably borrowed object's current value back under its key."""
+    if type(proxy) is not RefMutProxy:
+        raise ReferenceNotOwnedError("update() takes a RefMutProxy")
+    f = proxy.__factory__
+    store = f.get_store()
+    if store._native is not None:
+        raise NotImplementedError("update() needs deferred keys (see Store.future)")
+    store.connector.set(f.key, _ser.serialize(proxy.__wrapped__))
+    with store._cache_lock:
+        store._cache.pop(f.key, None)
+
+
+# -- lifetimes --------------------------------------------------------------
+
+class Lifetime:
+    """Evicts every key added to it when it ends (close())."""
+
+    def __init__(self, store=None, name=None):
+        self.store = store
+        self.name = name or uuid.uuid4().hex[:8]
+        self._keys = []
+        self._lock = threading.Lock()
+        self._done = False
+
+    def add_key(self, *keys, store=None):
+        s = store or self.store
+        if s is None:
+            raise ValueError("add_key needs a store")
+        with self._lock:
+            if self._done:
+                raise RuntimeError(f"lifetime {self.name} has ended")
+            self._keys.extend((s, k) for k in keys)
+
+    def add_proxy(self, *proxies):
+        for p in proxies:
+            f = p.__factory__
+            if not isinstance(f, StoreFactory):
+                raise ValueError("add_proxy takes store proxies")
+            self.add_key(f.key, store=f.get_store())
+
+    def done(self):
+        return self._done
+
+    def close(self):
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+            keys, self._keys = self._keys, []
+        for s, k in keys:
+            if not s._closed:
+                s.evict(k)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class ContextLifetime(Lifetime):
+    """Ends when its `with` block exits (or at close())."""
+
+
+class LeaseLifetime(Lifetime):
+    """Ends `expiry` seconds after creation unless extend() pushes it back."""
+
+    def __init__(self, store=None, expiry=10.0, name=None):
+        super().__init__(store, name)
+        self._expires = time.monotonic() + expiry
+        self._cv = threading.Condition()
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"xsilo-lease-{self.name}")
+        self._thread.start()
+
+    def extend(self, amount):
+        with self._cv:
+            if self._done:
+                raise RuntimeError(f"lifetime {self.name} has ended")
+            self._expires = time.monotonic() + amount
+            self._cv.notify()
+
+    def _run(self):
+        with self._cv:
+            while not self._done:
+                left = self._expires - time.monotonic()
+                if left <= 0:
+                    break
+                self._cv.wait(left)
+        self.close()
+
+    def close(self):
+        super().close()
+        with self._cv:
+            self._cv.notify()
+
+
+class StaticLifetime(Lifetime):
+    """One per process; ends at interpreter exit."""
+
+    _instance = None
+
+    def __new__(cls, *args, **kwargs):
+        if cls._instance is None:
+            inst = super().__new__(cls)
+            Lifetime.__init__(inst, None, "static")
+            atexit.register(inst.close)
+            cls._instance = inst
+        return cls._instance
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+
+# -- futures ----------------------------------------------------------------
+
+class Future:
+    """A value set later under a reserved key; picklable, so the setter and
+    the waiters may be in different processes."""
+
+    def __init__(self, key, store_config, serializer=None, deserializer=None,
+                 polling_interval=0.001):
+        self.key = key
+        self.store_config = store_config
+        self.serializer = serializer
+        self.deserializer = deserializer
+        self.polling_interval = polling_interval
+
+    def _store(self):
+        return _store_for(self.store_config)
+
+    def done(self):
+        return self._store().exists(self.key)
+
+    def set_result(self, obj):
+        s = self._store()
+        s._check()
+        data = self.serializer(obj) if self.serializer else _ser.serialize(obj)
+        s.connector.set(self.key, data)
+
+    def result(self, timeout=None):
+        """The value; TimeoutError when it is not set within timeout seconds."""
+        s = self._store()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        wait = self.polling_interval
+        while not s.exists(self.key):
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"future {self.key!r} not set within {timeout}s")
+            time.sleep(wait)
+            wait = min(wait * 2, 0.5)
+        return s.get(self.key, self.deserializer)
+
+    def proxy(self, timeout=None):
+        """A Proxy that waits for the value when it resolves."""
+        return Proxy(_FutureFactory(self, timeout))
+
+
+class _FutureFactory(Factory):
+    __slots__ = ("future", "timeout")
+
+    def __init__(self, future, timeout):
+        super().__init__()
+        self.future = future
+        self.timeout = timeout
+
+    def resolve(self):
+        return self.future.result(self.timeout)
+
+    def __reduce__(self):
+        return _FutureFactory, (self.future, self.timeout)
+
+
+def is_store_proxy(obj):
+    return is_proxy(obj) and isinstance(obj.__factory__, StoreFactory)
+
+

@@ -1,0 +1,175 @@
+"""Objects to parts and back: pickle protocol 5 with out-of-band buffers.
+
+dumps(obj) returns the pickle stream and the large buffers found inside obj
+(numpy arrays, bytearrays, torch CPU tensors, bytes of 64 KiB and more)
+without copying them; loads(stream, buffers) rebuilds the object around
+those buffers (numpy arrays and torch tensors view them, no copy). Objects
+the standard pickler refuses (lambdas, local classes) go through
+cloudpickle when it is installed (Debian's python3-cloudpickle).
+
+The xsilo Store keeps the parts as one safetensors object through the C++
+engine (a gather write, no concatenation); pack/unpack frame them as one
+bytes object for connectors written in Python.
+"""
+
+import io
+import pickle
+import struct
+import sys
+
+try:  # Debian's python3-cloudpickle: lambdas, local classes, __main__ objects
+    import cloudpickle
+except ImportError:  # pragma: no cover - install-deps.sh installs it
+    cloudpickle = None
+
+# Buffers smaller than this stay inside the pickle stream: a separate part
+# costs more than copying a few KiB.
+INBAND_LIMIT = 64 << 10
+
+_MAGIC = b"XSP5"
+_ALIGN = 64
+
+
+class SerializationError(ValueError):
+    """An object that cannot be serialized (neither pickle nor cloudpickle)."""
+
+
+def _rebuild_bytes(buf):
+    return bytes(buf)
+
+
+def _rebuild_torch(array, dtype, requires_grad, parameter):
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        # A tensor over fetched (read-only) bytes: torch has no read-only
+        # tensors and says so; the bytes are the store's, see docs/python.md.
+        warnings.simplefilter("ignore", UserWarning)
+        t = torch.from_numpy(array)
+    if dtype == "bfloat16":
+        t = t.view(torch.bfloat16)
+    if parameter:
+        return torch.nn.Parameter(t, requires_grad=requires_grad)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _torch_reduce(t):
+    """(rebuild, args) carrying a CPU tensor's bytes as a numpy array, which
+    pickle 5 sends out of band; None when the tensor is not a plain CPU one."""
+    import torch
+
+    if t.device.type != "cpu" or t.layout != torch.strided or t.is_quantized:
+        return None
+    parameter = isinstance(t, torch.nn.Parameter)
+    requires_grad = t.requires_grad
+    d = t.detach().contiguous()
+    dtype = "bfloat16" if d.dtype == torch.bfloat16 else None
+    if dtype:
+        d = d.view(torch.int16)
+    try:
+        arr = d.numpy()
+    except (TypeError, RuntimeError):
+        return None
+    return _rebuild_torch, (arr, dtype, requires_grad, parameter)
+
+
+class _Pickler(pickle.Pickler):
+    def reducer_override(self, obj):
+        t = type(obj)
+        if t is bytes:
+            if len(obj) >= INBAND_LIMIT:
+                return _rebuild_bytes, (pickle.PickleBuffer(obj),)
+            return NotImplemented
+        if t.__module__.startswith("torch") and "torch" in sys.modules:
+            import torch
+
+            if isinstance(obj, torch.Tensor) and t in (torch.Tensor, torch.nn.Parameter):
+                r = _torch_reduce(obj)
+                if r is not None:
+                    return r
+        return NotImplemented
+
+
+def _collector(buffers):
+    def callback(pb):
+        try:
+            raw = pb.raw()
+        except BufferError:  # not contiguous: pickle copies it in band
+            return True
+        if raw.nbytes < INBAND_LIMIT:
+            return True
+        buffers.append(raw)
+        return False
+
+    return callback
+
+
+def dumps(obj):
+    """(stream, [buffers]) for obj. SerializationError when it cannot be pickled."""
+    buffers = []
+    f = io.BytesIO()
+    try:
+        _Pickler(f, protocol=5, buffer_callback=_collector(buffers)).dump(obj)
+        return f.getbuffer(), buffers
+    except Exception as e:  # pickle raises PicklingError, TypeError, AttributeError...
+        first = e
+    if cloudpickle is not None:
+        buffers = []
+        try:
+            stream = cloudpickle.dumps(obj, protocol=5, buffer_callback=_collector(buffers))
+            return memoryview(stream), buffers
+        except Exception as e:
+            raise SerializationError(
+                f"cannot serialize {type(obj).__name__!r}: {e} (pickle: {first})") from e
+    raise SerializationError(f"cannot serialize {type(obj).__name__!r}: {first}") from first
+
+
+def loads(stream, buffers=()):
+    """The object of dumps() rebuilt around buffers (viewed, not copied)."""
+    return pickle.loads(stream, buffers=buffers)
+
+
+def pack(stream, buffers):
+    """One bytes object: magic, part count, part lengths, 64-byte-aligned parts."""
+    parts = [stream] + list(buffers)
+    lengths = [memoryview(p).nbytes for p in parts]
+    header = _MAGIC + struct.pack(f"<I{len(parts)}Q", len(parts), *lengths)
+    out = [header]
+    pos = len(header)
+    for p, n in zip(parts, lengths):
+        pad = -pos % _ALIGN
+        out.append(b"\0" * pad)
+        out.append(p)
+        pos += pad + n
+    return b"".join(out)
+
+
+def unpack(data):
+    """(stream, [buffers]) of pack()'s output, as views of data."""
+    mv = memoryview(data).cast("B")
+    if bytes(mv[:4]) != _MAGIC:
+        raise SerializationError("not an xsilo serialized object")
+    (n,) = struct.unpack_from("<I", mv, 4)
+    lengths = struct.unpack_from(f"<{n}Q", mv, 8)
+    pos = 8 + 8 * n
+    parts = []
+    for length in lengths:
+        pos += -pos % _ALIGN
+        parts.append(mv[pos:pos + length])
+        pos += length
+    return parts[0], parts[1:]
+
+
+def serialize(obj):
+    """obj as one bytes object (ProxyStore's serialize())."""
+    return pack(*dumps(obj))
+
+
+def deserialize(data):
+    """The object serialize() gave data for."""
+    stream, buffers = unpack(data)
+    return loads(stream, buffers)

@@ -1,0 +1,368 @@
+"""The ProxyStore-shaped API (xsilo.proxystore): transparent proxies of any
+object, the Store over native and Python connectors, ownership, lifetimes,
+futures, and the errors of bad inputs."""
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import threading
+
+import numpy
+import pytest
+import torch
+
+import xsilo
+import xsilo.proxystore as ps
+from ps_util import RedisServer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = ps.Store(f"ps-{tmp_path.name}", ps.FileConnector(str(tmp_path / "objects")),
+                 register=True)
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def redis_port():
+    server = RedisServer()
+    yield server.port
+    server.stop()
+
+
+class Point:
+    """A user class: proxies of it answer its methods, operators and isinstance."""
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def norm2(self):
+        return self.x * self.x + self.y * self.y
+
+    def __add__(self, other):
+        return Point(self.x + other.x, self.y + other.y)
+
+    def __eq__(self, other):
+        return (self.x, self.y) == (other.x, other.y)
+
+    def __hash__(self):
+        return hash((self.x, self.y))
+
+    def __enter__(self):
+        return "entered"
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_numpy_array_passes_through_code_that_knows_no_proxies(store):
+    a = numpy.arange(1 << 20, dtype=numpy.float32)
+    p = store.proxy(a)
+    assert not ps.is_resolved(p)
+    assert isinstance(p, numpy.ndarray)
+    assert ps.is_resolved(p)  # isinstance asks the target's class
+    assert numpy.sum(p) == numpy.sum(a)
+    assert p.shape == a.shape and p.dtype == a.dtype
+    assert numpy.array_equal(p * 2, a * 2)
+    assert len(p) == len(a) and p[7] == 7
+    # out of band: the array views the fetched bytes (read-only), not a copy
+    assert not ps.extract(p).flags.owndata
+
+
+def test_dict_json_iteration_and_hashing(store):
+    d = {"name": "model", "layers": [1, 2, 3], "lr": 0.5}
+    p = store.proxy(d)
+    assert json.dumps(p) == json.dumps(d)
+    assert json.dumps({"outer": p}) == json.dumps({"outer": d})
+    assert isinstance(p, dict) and p == d and len(p) == 3
+    assert sorted(p) == sorted(d) and p["layers"][2] == 3
+    assert "lr" in p
+    h = store.proxy("a string key")
+    assert hash(h) == hash("a string key") and {h: 1}["a string key"] == 1
+
+
+def test_user_class_operators_and_with(store):
+    p = store.proxy(Point(3, 4))
+    assert isinstance(p, Point)
+    assert p.norm2() == 25 and p.x == 3
+    assert p + Point(1, 1) == Point(4, 5)
+    assert hash(p) == hash(Point(3, 4))
+    with p as entered:
+        assert entered == "entered"
+    ints = store.proxy([5, 6, 7])
+    assert list(iter(ints)) == [5, 6, 7] and sum(ints) == 18 and ints[-1] == 7
+
+
+def test_torch_tensor(store):
+    t = torch.arange(1000, dtype=torch.float32).reshape(10, 100)
+    p = store.proxy(t)
+    assert isinstance(p, torch.Tensor)
+    assert torch.equal(torch.sum(p), torch.sum(t))
+    assert torch.equal(p + 1, t + 1)
+    assert torch.equal(torch.cat([p, p]), torch.cat([t, t]))
+    assert p.shape == (10, 100) and p.dtype == torch.float32
+    bf = store.proxy({"w": torch.ones(4, dtype=torch.bfloat16), "g": torch.zeros(2).requires_grad_()})
+    assert bf["w"].dtype == torch.bfloat16 and bf["g"].requires_grad
+
+
+def test_lambdas_and_local_classes_go_through_cloudpickle(store):
+    class Local:
+        def value(self):
+            return 41
+
+    assert store.proxy(lambda x: x + 1)(1) == 2
+    assert store.proxy(Local()).value() == 41
+
+
+def test_bytes_inside_structures_round_trip(store):
+    big = os.urandom(1 << 20)
+    p = store.proxy({"blob": big, "small": b"abc", "arr": bytearray(big)})
+    assert p["blob"] == big and type(p["blob"]) is bytes
+    assert p["small"] == b"abc" and bytes(p["arr"]) == big
+
+
+def test_resolves_once_across_threads(tmp_path):
+    entered, release = threading.Event(), threading.Event()
+
+    class Slow(ps.LocalConnector):
+        gets = 0
+
+        def get(self, key):
+            Slow.gets += 1
+            entered.set()
+            assert release.wait(300)
+            return super().get(key)
+
+    s = ps.Store("slow", Slow(), cache_size=0)
+    p = s.proxy(list(range(100)))
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(sum(p))) for _ in range(16)]
+    for t in threads:
+        t.start()
+    assert entered.wait(300)
+    release.set()
+    for t in threads:
+        t.join(300)
+    assert results == [4950] * 16
+    assert Slow.gets == 1
+
+
+def test_pickles_to_a_small_reference_that_resolves_in_another_process(store, tmp_path):
+    a = numpy.ones(1 << 20)  # 8 MB
+    p = store.proxy({"a": a, "name": "ones"})
+    blob = pickle.dumps(p)
+    assert len(blob) < 1024
+    assert not ps.is_resolved(p)  # pickling did not resolve it
+    path = tmp_path / "proxy.pkl"
+    path.write_bytes(blob)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, env.get("PYTHONPATH")]))
+    out = subprocess.run([sys.executable, os.path.join(HERE, "ps_util.py"), str(path)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(float(1 << 20)), "ones", "2"]
+
+
+def test_helpers_and_locker(store):
+    p = store.proxy({"k": 1})
+    key = ps.get_key(p)
+    assert store.exists(key) and not ps.is_resolved(p)
+    assert ps.resolve_async(p).result(300) is None and ps.is_resolved(p)
+    assert ps.extract(p) == {"k": 1} and type(ps.extract(p)) is dict
+    locked = store.locked_proxy([1, 2])
+    with pytest.raises(ps.ProxyLockedError):
+        locked.append(3)
+    assert ps.is_proxy(locked.unlock()) and locked.unlock() == [1, 2]
+    assert pickle.loads(pickle.dumps(locked)).unlock() == [1, 2]
+    with pytest.raises(TypeError):
+        ps.extract([1])
+    assert ps.get_key([1]) is None
+
+
+def test_store_api(store):
+    k = store.put({"x": 1})
+    assert store.get(k) == {"x": 1} and store.is_cached(k)
+    keys = store.put_batch([1, "two", [3]])
+    assert [store.get(k) for k in keys] == [1, "two", [3]]
+    store.evict(keys[0])
+    assert not store.exists(keys[0]) and store.get(keys[0], default="gone") == "gone"
+    proxies = store.proxy_batch([b"a", b"b"])
+    assert [bytes(p) for p in proxies] == [b"a", b"b"]
+    assert store.proxy_from_key(keys[1]) == "two"
+    evicting = store.proxy("once", evict=True)
+    assert evicting == "once" and not store.exists(ps.get_key(evicting))
+    rebuilt = ps.Store.from_config(store.config())
+    assert rebuilt.get(k) == {"x": 1}
+    assert ps.get_store(store.name) is store
+    custom = store.put({"y": 2}, serializer=lambda o: json.dumps(o).encode())
+    assert store.get(custom, deserializer=json.loads) == {"y": 2}
+
+
+def test_registry():
+    s = ps.Store("registry-test", ps.LocalConnector())
+    assert ps.get_store("registry-test") is None
+    ps.register_store(s)
+    assert ps.get_store("registry-test") is s
+    with pytest.raises(ps.StoreExistsError):
+        ps.register_store(ps.Store("registry-test", ps.LocalConnector()))
+    ps.unregister_store("registry-test")
+    assert ps.get_store("registry-test") is None
+
+
+def test_metrics(tmp_path):
+    s = ps.Store("metrics", ps.FileConnector(str(tmp_path)), metrics=True)
+    k = s.put(1)
+    s.get(k)
+    m = s.metrics.summary()
+    assert m["put"]["count"] == 1 and m["get"]["count"] == 1
+
+
+def test_connector_written_in_python_plugs_into_the_store():
+    class DictConnector(ps.Connector):
+        def __init__(self):
+            self.data = {}
+
+        def put(self, data):
+            key = f"k{len(self.data)}"
+            self.data[key] = bytes(data)
+            return key
+
+        def get(self, key):
+            return self.data.get(key)
+
+        def exists(self, key):
+            return key in self.data
+
+        def evict(self, key):
+            self.data.pop(key, None)
+
+        def config(self):
+            return {}
+
+    conn = DictConnector()
+    s = ps.Store("python-connector", conn, register=True)
+    try:
+        p = s.proxy({"arr": numpy.arange(100000)})
+        assert len(conn.data) == 1 and int(numpy.sum(p["arr"])) == 4999950000
+    finally:
+        s.close()
+
+
+def test_native_connector_protocol(tmp_path, redis_port):
+    for conn in (ps.FileConnector(str(tmp_path)), ps.MemoryConnector("proto"),
+                 ps.RedisConnector("127.0.0.1", redis_port)):
+        k = conn.put(b"payload")
+        assert conn.get(k) == b"payload" and conn.exists(k)
+        assert conn.get_batch(conn.put_batch([b"a", b"b"])) == [b"a", b"b"]
+        conn.evict(k)
+        assert not conn.exists(k) and conn.get(k) is None
+        again = type(conn).from_config(conn.config())
+        assert again.get(again.put(b"z")) == b"z"
+        conn.close()
+
+
+def test_redis_and_multi_connectors(tmp_path, redis_port):
+    small = ps.FileConnector(str(tmp_path / "small"))
+    big = ps.RedisConnector("127.0.0.1", redis_port)
+    multi = ps.MultiConnector({"small": (small, ps.Policy(max_size_bytes=4096, priority=1)),
+                               "big": (big, ps.Policy())})
+    s = ps.Store("multi", multi, register=True)
+    try:
+        a = s.proxy(numpy.ones(100000))
+        b = s.proxy([1, 2])
+        assert numpy.sum(a) == 100000 and b == [1, 2]
+        assert "big" in ps.get_key(a) and "small" in ps.get_key(b)
+        assert pickle.loads(pickle.dumps(a)).shape == (100000,)
+    finally:
+        s.close()
+
+
+def test_ownership(store):
+    owned = store.owned_proxy([1, 2, 3])
+    key = ps.get_key(owned)
+    ref = ps.borrow(owned)
+    assert ref == [1, 2, 3]
+    with pytest.raises(ps.MutableBorrowError):
+        ps.mut_borrow(owned)
+    del ref
+    mut = ps.mut_borrow(owned)
+    with pytest.raises(ps.MutableBorrowError):
+        ps.borrow(owned)
+    del mut
+    copy = ps.clone(owned)
+    assert copy == [1, 2, 3] and ps.get_key(copy) != key
+    with pytest.raises(ps.ReferenceNotOwnedError):
+        ps.borrow(store.proxy(1))
+    del owned
+    assert not store.exists(key)
+    plain = store.proxy("mine")
+    k2 = ps.get_key(plain)
+    taken = ps.into_owned(plain)
+    del taken
+    assert not store.exists(k2)
+
+
+def test_lifetimes(store):
+    with ps.ContextLifetime(store) as life:
+        k = store.put(1, lifetime=life)
+        p = store.proxy(2, lifetime=life)
+        assert store.exists(k)
+    assert life.done() and not store.exists(k) and not store.exists(ps.get_key(p))
+    with pytest.raises(RuntimeError):
+        life.add_key(k)
+    lease = ps.LeaseLifetime(store, expiry=3600)
+    k = store.put(3, lifetime=lease)
+    lease.extend(7200)
+    assert store.exists(k)
+    lease.close()
+    assert lease.done() and not store.exists(k)
+    assert ps.StaticLifetime() is ps.StaticLifetime()
+
+
+def test_future_over_a_python_connector():
+    s = ps.Store("futures", ps.LocalConnector(), register=True)
+    try:
+        f = s.future()
+        p = f.proxy(timeout=300)
+        assert not f.done()
+        t = threading.Thread(target=f.set_result, args=({"done": True},))
+        t.start()
+        assert p["done"] is True
+        t.join(300)
+        with pytest.raises(TimeoutError):
+            s.future().result(timeout=0)
+    finally:
+        s.close()
+
+
+def test_bad_inputs_raise_clear_errors(store):
+    with pytest.raises(ps.SerializationError, match="cannot serialize 'lock'"):
+        store.proxy(threading.Lock())
+    k = store.put("here")
+    store.evict(k)
+    p = store.proxy_from_key(k)
+    with pytest.raises(ps.ProxyResolveMissingKeyError, match="not in store"):
+        len(p)
+    with pytest.raises(TypeError, match="not a connector"):
+        ps.Store("x", object())
+    with pytest.raises(NotImplementedError, match="deferred keys"):
+        store.future()
+    store.close()
+    with pytest.raises(ps.StoreClosedError, match="is closed"):
+        store.put(1)
+    with pytest.raises(ps.StoreClosedError):
+        store.get(k)
+
+
+def test_the_existing_store_api_is_unchanged(tmp_path):
+    s = xsilo.Store(f"legacy-{tmp_path.name}", connector="file", options={"dir": str(tmp_path)})
+    try:
+        p = s.proxy(b"bytes")
+        assert bytes(p.resolve()) == b"bytes"
+    finally:
+        s.close()
