@@ -3,11 +3,15 @@
 // connections. Prints a table and writes JSON.
 //
 //   s3_throughput [--tier big] [--bytes N] [--reps 3] [--k 1,4,8,16]
-//                 [--dir D] [--json out.json]
+//                 [--dir D] [--etags md5|xxh3|both] [--json out.json]
 //
 // Upload: UploadObject with K parts in flight (part size = size / K, at
 // least 5 MiB). Download: DownloadObject with K connections. Every download
 // is verified (XXH3-64) against the uploaded bytes.
+//
+// --etags both (the default) runs two servers side by side, one with S3's
+// MD5 ETags and one with XXH3 ones (S3ServerOptions::md5_etags), alternating
+// rep by rep, and reports the upload ratio: what computing the MD5 costs.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -42,10 +46,40 @@ int Fail(const std::string& what, const Status& st) {
   return 1;
 }
 
+// One server and a client for it.
+struct Target {
+  std::string etags;  // "md5" or "xxh3"
+  std::unique_ptr<S3Server> server;
+  std::unique_ptr<S3Client> client;
+  std::vector<double> up, down;
+};
+
+Status StartTarget(Target* t, const std::string& dir) {
+  S3ServerOptions so;
+  so.access_key = "bench";
+  so.secret_key = "bench-secret";
+  so.buckets = {"bench"};
+  so.directory = dir.empty() ? "" : dir + "/" + t->etags;
+  so.md5_etags = t->etags == "md5";
+  XSILO_ASSIGN_OR_RETURN(t->server, S3Server::Start(so));
+  S3ClientOptions co;
+  co.endpoint = t->server->endpoint();
+  co.credentials = StaticCredentials({"bench", "bench-secret"});
+  co.max_connections = 16;
+  XSILO_ASSIGN_OR_RETURN(t->client, S3Client::Create(co));
+  return Status::OK();
+}
+
+std::string StatsJson(const Stats& s) {
+  std::ostringstream o;
+  o << "{\"median\": " << s.median << ", \"min\": " << s.min << ", \"max\": " << s.max << "}";
+  return o.str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string tier = "big", json_path = "s3_throughput.json", dir;
+  std::string tier = "big", json_path = "s3_throughput.json", dir, etags = "both";
   uint64_t bytes = 0;
   int reps = 3;
   std::vector<int> ks = {1, 4, 8, 16};
@@ -62,6 +96,12 @@ int main(int argc, char** argv) {
       json_path = next();
     } else if (a == "--dir") {
       dir = next();
+    } else if (a == "--etags") {
+      etags = next();
+      if (etags != "md5" && etags != "xxh3" && etags != "both") {
+        std::cerr << "--etags takes md5, xxh3 or both\n";
+        return 2;
+      }
     } else if (a == "--k") {
       ks.clear();
       std::stringstream ss(next());
@@ -69,7 +109,7 @@ int main(int argc, char** argv) {
       while (std::getline(ss, item, ',')) ks.push_back(std::stoi(item));
     } else {
       std::cerr << "usage: s3_throughput [--tier T] [--bytes N] [--reps R] [--k 1,4,8,16] "
-                   "[--dir D] [--json PATH]\n";
+                   "[--dir D] [--etags md5|xxh3|both] [--json PATH]\n";
       return 2;
     }
   }
@@ -82,19 +122,14 @@ int main(int argc, char** argv) {
     bytes = t->parameters * 4;
   }
 
-  S3ServerOptions so;
-  so.access_key = "bench";
-  so.secret_key = "bench-secret";
-  so.buckets = {"bench"};
-  so.directory = dir;
-  auto server = S3Server::Start(so);
-  if (!server.ok()) return Fail("server", server.status());
-  S3ClientOptions co;
-  co.endpoint = (*server)->endpoint();
-  co.credentials = StaticCredentials({"bench", "bench-secret"});
-  co.max_connections = 16;
-  auto client = S3Client::Create(co);
-  if (!client.ok()) return Fail("client", client.status());
+  std::vector<Target> targets;
+  for (const char* e : {"md5", "xxh3"}) {
+    if (etags == "both" || etags == e) targets.push_back(Target{e, nullptr, nullptr, {}, {}});
+  }
+  for (Target& t : targets) {
+    Status st = StartTarget(&t, dir);
+    if (!st.ok()) return Fail("server " + t.etags, st);
+  }
 
   auto data = Buffer::Allocate(bytes);
   if (!data.ok()) return Fail("allocate", data.status());
@@ -109,10 +144,10 @@ int main(int argc, char** argv) {
   GatherList body;
   body.Append(*data);
 
-  std::printf("S3 loopback throughput, object %.1f MB (%s), %d reps, storage %s\n", bytes / 1e6,
-              tier.c_str(), reps, dir.empty() ? "memory" : dir.c_str());
-  std::printf("%4s  %10s %10s %10s   %10s %10s %10s\n", "K", "up MB/s", "(min)", "(max)",
-              "down MB/s", "(min)", "(max)");
+  std::printf("S3 loopback throughput, object %.1f MB (%s), %d reps, storage %s, ETags %s\n",
+              bytes / 1e6, tier.c_str(), reps, dir.empty() ? "memory" : dir.c_str(), etags.c_str());
+  std::printf("%4s %5s  %10s %10s %10s   %10s %10s %10s\n", "K", "etag", "up MB/s", "(min)",
+              "(max)", "down MB/s", "(min)", "(max)");
   std::ostringstream json;
   json << "{\n  \"benchmark\": \"s3_throughput\",\n  \"object_bytes\": " << bytes
        << ",\n  \"tier\": \"" << tier << "\",\n  \"storage\": \""
@@ -120,33 +155,49 @@ int main(int argc, char** argv) {
        << ",\n  \"results\": [";
   bool first = true;
   for (int k : ks) {
-    std::vector<double> up, down;
     uint64_t part = std::max<uint64_t>(5ull << 20, (bytes + k - 1) / k);
+    for (Target& t : targets) t.up.clear(), t.down.clear();
     for (int r = 0; r < reps; ++r) {
-      std::string key = "obj-" + std::to_string(k) + "-" + std::to_string(r);
-      auto t0 = Clock::now();
-      auto put = (*client)->UploadObject(
-          {.bucket = "bench", .key = key, .body = body, .part_size = part, .concurrency = k});
-      auto t1 = Clock::now();
-      if (!put.ok()) return Fail("upload", put.status());
-      auto got = (*client)->DownloadObject({.bucket = "bench", .key = key, .connections = k});
-      auto t2 = Clock::now();
-      if (!got.ok()) return Fail("download", got.status());
-      if (got->data.size() != bytes || Checksum(got->data.span()) != want) {
-        std::cerr << "s3_throughput: downloaded bytes differ from the uploaded ones\n";
-        return 1;
+      // Alternating servers rep by rep, the first one changing each rep,
+      // so that drift on the shared machine falls on both alike.
+      for (size_t n = 0; n < targets.size(); ++n) {
+        Target& t = targets[(n + r) % targets.size()];
+        std::string key = "obj-" + std::to_string(k) + "-" + std::to_string(r);
+        auto t0 = Clock::now();
+        auto put = t.client->UploadObject(
+            {.bucket = "bench", .key = key, .body = body, .part_size = part, .concurrency = k});
+        auto t1 = Clock::now();
+        if (!put.ok()) return Fail("upload", put.status());
+        auto got = t.client->DownloadObject({.bucket = "bench", .key = key, .connections = k});
+        auto t2 = Clock::now();
+        if (!got.ok()) return Fail("download", got.status());
+        if (got->data.size() != bytes || Checksum(got->data.span()) != want) {
+          std::cerr << "s3_throughput: downloaded bytes differ from the uploaded ones\n";
+          return 1;
+        }
+        t.up.push_back(bytes / 1e6 / std::chrono::duration<double>(t1 - t0).count());
+        t.down.push_back(bytes / 1e6 / std::chrono::duration<double>(t2 - t1).count());
+        (void)t.client->DeleteObject({"bench", key});
       }
-      up.push_back(bytes / 1e6 / std::chrono::duration<double>(t1 - t0).count());
-      down.push_back(bytes / 1e6 / std::chrono::duration<double>(t2 - t1).count());
-      (void)(*client)->DeleteObject({"bench", key});
     }
-    Stats u = Summarize(up), d = Summarize(down);
-    std::printf("%4d  %10.1f %10.1f %10.1f   %10.1f %10.1f %10.1f\n", k, u.median, u.min, u.max,
-                d.median, d.min, d.max);
-    json << (first ? "" : ",") << "\n    {\"k\": " << k << ", \"part_bytes\": " << part
-         << ", \"upload_mbps\": {\"median\": " << u.median << ", \"min\": " << u.min
-         << ", \"max\": " << u.max << "}, \"download_mbps\": {\"median\": " << d.median
-         << ", \"min\": " << d.min << ", \"max\": " << d.max << "}}";
+    json << (first ? "" : ",") << "\n    {\"k\": " << k << ", \"part_bytes\": " << part;
+    for (Target& t : targets) {
+      Stats u = Summarize(t.up), d = Summarize(t.down);
+      std::printf("%4d %5s  %10.1f %10.1f %10.1f   %10.1f %10.1f %10.1f\n", k, t.etags.c_str(),
+                  u.median, u.min, u.max, d.median, d.min, d.max);
+      json << ", \"" << t.etags << "\": {\"upload_mbps\": " << StatsJson(u)
+           << ", \"download_mbps\": " << StatsJson(d) << "}";
+    }
+    if (targets.size() == 2) {
+      // Median of the per-rep ratios of upload times (reps pair up).
+      std::vector<double> ratio;
+      for (int r = 0; r < reps; ++r) ratio.push_back(targets[1].up[r] / targets[0].up[r]);
+      Stats q = Summarize(ratio);
+      std::printf("%4d %5s  upload time md5 / xxh3: %.3f (min %.3f, max %.3f)\n", k, "", q.median,
+                  q.min, q.max);
+      json << ", \"upload_time_ratio_md5_over_xxh3\": " << StatsJson(q);
+    }
+    json << "}";
     first = false;
   }
   json << "\n  ]\n}\n";

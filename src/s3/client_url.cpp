@@ -19,7 +19,8 @@ HandlePool& UrlHandles() {
 
 // `call` names the method (GET, PUT or POST), the URL (in `key`), extra
 // headers, the body (GatherList or text) and where a 2xx body goes.
-Status PlainTransfer(const Call& call, std::chrono::milliseconds timeout, Reply* reply) {
+Status PlainTransfer(const Call& call, std::chrono::milliseconds timeout, const UrlTlsOptions& tls,
+                     Reply* reply) {
   GlobalCurlInit();
   CURL* h = UrlHandles().Acquire();
   if (!h) return Internal("curl_easy_init failed");
@@ -36,6 +37,11 @@ Status PlainTransfer(const Call& call, std::chrono::milliseconds timeout, Reply*
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, list);
   SetTransferOptions(h, &t, errbuf);
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
+  if (!tls.verify) {
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+  }
+  if (!tls.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, tls.ca_file.c_str());
   if (method == "PUT") {
     curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(body_size));
@@ -99,25 +105,26 @@ Status ParallelForEach(uint64_t n, int threads,
 }
 }  // namespace
 
-Result<Buffer> HttpGetUrl(const std::string& url, std::chrono::milliseconds timeout) {
+Result<Buffer> HttpGetUrl(const std::string& url, std::chrono::milliseconds timeout,
+                          const UrlTlsOptions& tls) {
   Call c;
   c.method = "GET";
   c.key = url;
   c.allocate_body = true;
   Reply r;
-  XSILO_RETURN_IF_ERROR(PlainTransfer(c, timeout, &r));
+  XSILO_RETURN_IF_ERROR(PlainTransfer(c, timeout, tls, &r));
   return std::move(r.body);
 }
 
-Status HttpPutUrl(const std::string& url, const GatherList& body,
-                  std::chrono::milliseconds timeout) {
+Status HttpPutUrl(const std::string& url, const GatherList& body, std::chrono::milliseconds timeout,
+                  const UrlTlsOptions& tls) {
   XSILO_RETURN_IF_ERROR(ValidateGather(body));
   Call c;
   c.method = "PUT";
   c.key = url;
   c.body = &body;
   Reply r;
-  return PlainTransfer(c, timeout, &r);
+  return PlainTransfer(c, timeout, tls, &r);
 }
 
 Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
@@ -130,7 +137,7 @@ Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
                          args.pool ? args.pool->Allocate(args.size) : Buffer::Allocate(args.size));
   if (args.pool) BufferPool::Recycle(out.data);
   if (args.size == 0) {
-    XSILO_ASSIGN_OR_RETURN(Buffer whole, HttpGetUrl(args.url, args.timeout));
+    XSILO_ASSIGN_OR_RETURN(Buffer whole, HttpGetUrl(args.url, args.timeout, args.tls));
     if (whole.size() != 0) return Corrupt("object is not empty as announced");
     return out;
   }
@@ -179,7 +186,7 @@ Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
       c.dest_capacity = n;
       c.expect_status = 206;
       if (block > 0) c.on_data = [&, from](uint64_t received) { check_to(from + received); };
-      return PlainTransfer(c, args.timeout, r);
+      return PlainTransfer(c, args.timeout, args.tls, r);
     };
     Status fetched = FetchRangeResuming(start, len, args.max_range_retries, args.retry_base_delay,
                                         failed, &retries, request);
@@ -220,7 +227,7 @@ Result<uint64_t> HttpPutUrlParts(const UrlUploadArgs& args) {
       c.key = args.part_urls[i];
       c.body = &slice;
       Reply r;
-      Status st = PlainTransfer(c, args.timeout, &r);
+      Status st = PlainTransfer(c, args.timeout, args.tls, &r);
       if (st.ok()) {
         const std::string* etag = r.Header("etag");
         if (etag && !etag->empty()) {
@@ -246,7 +253,8 @@ Result<uint64_t> HttpPutUrlParts(const UrlUploadArgs& args) {
   done.text_body = CompleteMultipartXml(etags);
   done.headers.emplace_back("Content-Type", "application/xml");
   Reply r;
-  XSILO_RETURN_IF_ERROR(PlainTransfer(done, args.timeout, &r).WithContext("completing the upload"));
+  XSILO_RETURN_IF_ERROR(
+      PlainTransfer(done, args.timeout, args.tls, &r).WithContext("completing the upload"));
   if (r.text.find("<Error>") != std::string::npos) {  // S3 may fail inside a 200
     return Unavailable("completing the upload: " + r.text.substr(0, 512));
   }

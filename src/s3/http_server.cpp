@@ -2,11 +2,13 @@
 #include "s3/http_parse.h"
 
 #include "s3/crypto.h"
+#include "s3/tls.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -106,8 +108,52 @@ std::string_view TrimOws(std::string_view s) {
   return s;
 }
 
+// A write to a peer that hung up raises SIGPIPE where the call has no
+// MSG_NOSIGNAL (sendfile, OpenSSL's writes), which would kill the process.
+// Worker threads block it (WorkerLoop), so it stays pending on the thread;
+// this takes it back.
+void DrainSigpipe() {
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  const timespec zero{0, 0};
+  while (::sigtimedwait(&pipe, nullptr, &zero) < 0 && errno == EINTR) {
+  }
+}
+
+// One write of a TLS session, whole (SSL_MODE_AUTO_RETRY, blocking socket).
+bool TlsWrite(SSL* ssl, const void* data, size_t n) {
+  while (n > 0) {
+    const int chunk = static_cast<int>(std::min<size_t>(n, 1 << 30));
+    const int w = SSL_write(ssl, data, chunk);
+    if (w <= 0) {
+      DrainSigpipe();
+      return false;
+    }
+    data = static_cast<const char*>(data) + w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
 // Writes the whole iovec list; false when the peer is gone or a send timed out.
-bool SendAll(int fd, std::vector<iovec>& iov) {
+bool SendAll(const Link& link, std::vector<iovec>& iov) {
+  if (link.ssl != nullptr) {
+    // Small pieces (the response head) go out with the bytes after them
+    // instead of in a TLS record of their own.
+    std::string small;
+    for (const iovec& v : iov) {
+      if (v.iov_len < 16384) {
+        small.append(static_cast<const char*>(v.iov_base), v.iov_len);
+        continue;
+      }
+      if (!small.empty() && !TlsWrite(link.ssl, small.data(), small.size())) return false;
+      small.clear();
+      if (!TlsWrite(link.ssl, v.iov_base, v.iov_len)) return false;
+    }
+    return small.empty() || TlsWrite(link.ssl, small.data(), small.size());
+  }
+  const int fd = link.fd;
   size_t first = 0;
   while (first < iov.size()) {
     if (iov[first].iov_len == 0) {
@@ -134,40 +180,56 @@ bool SendAll(int fd, std::vector<iovec>& iov) {
   return true;
 }
 
-// Sends n bytes of `file` from `offset` (the kernel moves page references
-// to the socket; nothing passes through user space). False on an error, a
-// timeout (the socket's send timeout) or a file shorter than promised.
-// sendfile has no MSG_NOSIGNAL: a peer that hung up raises SIGPIPE, which
-// would kill the process. Worker threads block it (WorkerLoop), so it stays
-// pending on the thread; this takes it back.
-bool SendFile(int sock, int file, uint64_t offset, uint64_t n) {
+// Sends n bytes of `file` from `offset`. Plain: sendfile(2), the kernel moves
+// page references to the socket and nothing passes through user space. TLS:
+// read and encrypted 1 MiB at a time. False on an error, a timeout (the
+// socket's send timeout) or a file shorter than promised.
+bool SendFile(const Link& link, int file, uint64_t offset, uint64_t n) {
+  if (link.ssl != nullptr) {
+    std::vector<char> buf(std::min<uint64_t>(n, 1 << 20));
+    while (n > 0) {
+      const size_t want = static_cast<size_t>(std::min<uint64_t>(n, buf.size()));
+      const ssize_t r = ::pread(file, buf.data(), want, static_cast<off_t>(offset));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0 || !TlsWrite(link.ssl, buf.data(), static_cast<size_t>(r))) return false;
+      offset += static_cast<uint64_t>(r);
+      n -= static_cast<uint64_t>(r);
+    }
+    return true;
+  }
   off_t off = static_cast<off_t>(offset);
   while (n > 0) {
     ssize_t w =
-        ::sendfile(sock, file, &off, static_cast<size_t>(std::min<uint64_t>(n, 1ull << 30)));
+        ::sendfile(link.fd, file, &off, static_cast<size_t>(std::min<uint64_t>(n, 1ull << 30)));
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && errno == EPIPE) {
-      sigset_t pipe;
-      sigemptyset(&pipe);
-      sigaddset(&pipe, SIGPIPE);
-      const timespec zero{0, 0};
-      while (::sigtimedwait(&pipe, nullptr, &zero) < 0 && errno == EINTR) {
-      }
-    }
+    if (w < 0 && errno == EPIPE) DrainSigpipe();
     if (w <= 0) return false;
     n -= static_cast<uint64_t>(w);
   }
   return true;
 }
 
-bool SendString(int fd, std::string_view s) {
+bool SendString(const Link& link, std::string_view s) {
   std::vector<iovec> iov{{const_cast<char*>(s.data()), s.size()}};
-  return SendAll(fd, iov);
+  return SendAll(link, iov);
+}
+
+// One read: <= 0 on EOF, error or timeout.
+ssize_t Recv(const Link& link, void* dst, size_t n) {
+  if (link.ssl != nullptr) {
+    const int r = SSL_read(link.ssl, dst, static_cast<int>(std::min<size_t>(n, 1 << 30)));
+    return r > 0 ? r : (SSL_get_error(link.ssl, r) == SSL_ERROR_ZERO_RETURN ? 0 : -1);
+  }
+  ssize_t got;
+  do {
+    got = ::recv(link.fd, dst, n, 0);
+  } while (got < 0 && errno == EINTR);
+  return got;
 }
 
 // Buffered reader over one connection's socket.
 struct Conn {
-  int fd;
+  Link link;
   std::string buf;
   size_t start = 0;  // unread bytes are buf[start, buf.size())
 
@@ -183,10 +245,7 @@ struct Conn {
     Compact();
     size_t old = buf.size();
     buf.resize(old + 16384);
-    ssize_t n;
-    do {
-      n = ::recv(fd, buf.data() + old, 16384, 0);
-    } while (n < 0 && errno == EINTR);
+    ssize_t n = Recv(link, buf.data() + old, 16384);
     buf.resize(old + std::max<ssize_t>(n, 0));
     return n;
   }
@@ -220,7 +279,7 @@ class ConnBodyReader : public BodyReader {
   Status SendContinue() {
     if (!expect_continue_) return Status::OK();
     expect_continue_ = false;
-    if (!SendString(conn_.fd, "HTTP/1.1 100 Continue\r\n\r\n")) {
+    if (!SendString(conn_.link, "HTTP/1.1 100 Continue\r\n\r\n")) {
       return Unavailable("connection lost sending 100 Continue");
     }
     return Status::OK();
@@ -238,8 +297,7 @@ class ConnBodyReader : public BodyReader {
     }
     while (n > 0) {
       size_t want = static_cast<size_t>(std::min<uint64_t>(n, 1ull << 30));
-      ssize_t got = ::recv(conn_.fd, dst, want, 0);
-      if (got < 0 && errno == EINTR) continue;
+      ssize_t got = Recv(conn_.link, dst, want);
       if (got <= 0) {
         return Unavailable(got == 0 ? "connection closed mid-body"
                                     : "body read failed or timed out");
@@ -483,9 +541,9 @@ void HttpServer::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (int fd : active_fds_) ::shutdown(fd, SHUT_RDWR);
-    for (int fd : queue_) ::close(fd);
+    for (int fd : queue_) CloseLocked(fd);
     queue_.clear();
-    for (const auto& parked : parked_) ::close(parked.first);
+    for (const auto& parked : parked_) CloseLocked(parked.first);
     parked_.clear();
     workers.swap(workers_);
   }
@@ -540,7 +598,7 @@ void HttpServer::AcceptLoop() {
       if (i < polled && (fds[i + 2].revents & (POLLIN | POLLHUP | POLLERR))) {
         Dispatch(fd);  // a request (or the peer's close) arrived
       } else if (i < polled && now - since >= options_.idle_timeout) {
-        ::close(fd);  // keep-alive idle limit
+        CloseLocked(fd);  // keep-alive idle limit
       } else {
         still.emplace_back(fd, since);
       }
@@ -554,10 +612,24 @@ void HttpServer::AcceptLoop() {
     SetSocketTimeouts(fd, options_.io_timeout);
     if (static_cast<int>(queue_.size() + parked_.size()) >= options_.max_queued_connections) {
       lock.unlock();
-      SendString(
-          fd, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+      if (!options_.tls) {  // a TLS client could not read it before a handshake
+        SendString(Link{fd, nullptr},
+                   "HTTP/1.1 503 Service Unavailable\r\nContent-Length: "
+                   "0\r\nConnection: close\r\n\r\n");
+      }
       ::close(fd);
       continue;
+    }
+    if (options_.tls) {
+      // The handshake runs in the worker, on the connection's first read.
+      SSL* ssl = SSL_new(options_.tls->ctx());
+      if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1) {
+        SSL_free(ssl);
+        ::close(fd);
+        continue;
+      }
+      SSL_set_accept_state(ssl);
+      tls_sessions_[fd] = ssl;
     }
     parked_.emplace_back(fd, now);  // a worker takes it when its first request arrives
   }
@@ -578,8 +650,10 @@ void HttpServer::WorkerLoop() {
     int fd = queue_.front();
     queue_.pop_front();
     active_fds_.insert(fd);
+    auto session = tls_sessions_.find(fd);
+    const Link link{fd, session == tls_sessions_.end() ? nullptr : session->second};
     lock.unlock();
-    const bool park = ServeConnection(fd);
+    const bool park = ServeConnection(link);
     lock.lock();
     active_fds_.erase(fd);
     if (park && !stopping_) {
@@ -587,13 +661,22 @@ void HttpServer::WorkerLoop() {
       uint64_t one = 1;
       (void)!::write(wake_fd_, &one, sizeof(one));
     } else {
-      ::close(fd);
+      CloseLocked(fd);
     }
   }
 }
 
-bool HttpServer::ServeConnection(int fd) {
-  Conn conn{fd, {}, 0};
+void HttpServer::CloseLocked(int fd) {
+  if (auto it = tls_sessions_.find(fd); it != tls_sessions_.end()) {
+    SSL_free(it->second);
+    tls_sessions_.erase(it);
+  }
+  ::close(fd);
+}
+
+bool HttpServer::ServeConnection(const Link& link) {
+  const int fd = link.fd;
+  Conn conn{link, {}, 0};
   auto send_error = [&](int status, std::string_view text) {
     std::pair<std::string, std::string> body{"text/plain", std::string(text) + "\n"};
     if (options_.format_error) body = options_.format_error(status, text);
@@ -601,7 +684,7 @@ bool HttpServer::ServeConnection(int fd) {
                        "\r\nContent-Type: " + body.first +
                        "\r\nContent-Length: " + std::to_string(body.second.size()) +
                        "\r\nConnection: close\r\n\r\n" + body.second;
-    SendString(fd, head);
+    SendString(link, head);
   };
   // The acceptor hands over a connection with bytes (or EOF) to read.
   if (conn.Fill() <= 0) return false;
@@ -693,9 +776,9 @@ bool HttpServer::ServeConnection(int fd) {
         }
       }
     }
-    if (!SendAll(fd, iov)) return false;
+    if (!SendAll(link, iov)) return false;
     if (!resp.omit_body && resp.file_fd >= 0 &&
-        !SendFile(fd, resp.file_fd, resp.file_offset, std::min(resp.file_length, budget))) {
+        !SendFile(link, resp.file_fd, resp.file_offset, std::min(resp.file_length, budget))) {
       return false;
     }
     if (drop_after >= 0) {
@@ -703,10 +786,12 @@ bool HttpServer::ServeConnection(int fd) {
       return false;
     }
     if (close) {
+      if (link.ssl != nullptr) SSL_shutdown(link.ssl);  // close_notify
       ::shutdown(fd, SHUT_WR);
       return false;
     }
-    if (conn.buffered() == 0) return true;  // idle: park it until the next request
+    // Idle: park it until the next request (unless TLS holds bytes of one).
+    if (conn.buffered() == 0 && (link.ssl == nullptr || SSL_pending(link.ssl) == 0)) return true;
   }
   return false;
 }

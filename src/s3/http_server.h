@@ -20,13 +20,24 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "s3/sigv4.h"
 #include "xsilo/core/buffer.h"
 #include "xsilo/core/status.h"
 
+typedef struct ssl_st SSL;
+
 namespace xsilo::s3 {
+
+class TlsServerContext;
+
+// One connection: its socket, and its TLS session when the server has TLS.
+struct Link {
+  int fd = -1;
+  SSL* ssl = nullptr;
+};
 
 struct HttpRequest {
   std::string method;
@@ -90,6 +101,8 @@ struct HttpServerOptions {
   int max_queued_connections = 1024;  // beyond this, new connections get 503
   std::chrono::milliseconds idle_timeout{60000};  // keep-alive idle limit
   std::chrono::milliseconds io_timeout{60000};    // one blocked send/recv
+  // TLS on every connection (https); null: plain HTTP.
+  std::shared_ptr<TlsServerContext> tls;
   // Test hook: if set and it returns n >= 0 for a request, the connection
   // is closed after n bytes of that response's body were sent.
   std::function<int64_t(const HttpRequest&)> drop_after_body_bytes;
@@ -117,8 +130,9 @@ class HttpServer {
   void AcceptLoop();
   void WorkerLoop();
   // True when the connection is idle and kept alive: the caller parks it.
-  bool ServeConnection(int fd);
-  void Dispatch(int fd);  // caller holds mu_
+  bool ServeConnection(const Link& link);
+  void CloseLocked(int fd);  // closes fd and frees its TLS session; caller holds mu_
+  void Dispatch(int fd);     // caller holds mu_
 
   HttpServerOptions options_;
   HttpHandler handler_;
@@ -134,6 +148,7 @@ class HttpServer {
   std::vector<std::thread> workers_;
   int idle_workers_ = 0;
   std::set<int> active_fds_;
+  std::unordered_map<int, SSL*> tls_sessions_;  // by socket, while the connection is open
   // Open connections between requests, watched by the acceptor (not by a
   // worker), so idle keep-alive connections hold no thread. Only the
   // acceptor removes entries; workers append.

@@ -26,6 +26,7 @@
 #include "s3/object_store.h"
 #include "s3/request_body.h"
 #include "s3/sigv4.h"
+#include "s3/tls.h"
 #include "s3/xml.h"
 #include "s3/xml_bodies.h"
 #include "xsilo/core/base64.h"
@@ -1695,6 +1696,13 @@ Result<std::unique_ptr<S3Server>> S3Server::Start(S3ServerOptions options) {
     if (!st.ok() && S3ErrorCode(st) != "BucketAlreadyOwnedByYou") return st;
   }
   s3::HttpServerOptions ho;
+  if (impl->opts.tls_cert_file.empty() != impl->opts.tls_key_file.empty()) {
+    return InvalidArgument("S3Server: give both tls_cert_file and tls_key_file, or neither");
+  }
+  if (!impl->opts.tls_cert_file.empty()) {
+    XSILO_ASSIGN_OR_RETURN(
+        ho.tls, s3::TlsServerContext::Load(impl->opts.tls_cert_file, impl->opts.tls_key_file));
+  }
   ho.host = impl->opts.host;
   ho.port = impl->opts.port;
   ho.max_header_bytes = impl->opts.max_header_bytes;
@@ -1731,11 +1739,17 @@ S3Server::~S3Server() { Stop(); }
 int S3Server::port() const { return impl_->http->port(); }
 std::string S3Server::endpoint() const {
   std::string host = impl_->opts.host == "0.0.0.0" ? "127.0.0.1" : impl_->opts.host;
-  return "http://" + host + ":" + std::to_string(port());
+  const char* scheme = impl_->opts.tls_cert_file.empty() ? "http://" : "https://";
+  return scheme + host + ":" + std::to_string(port());
 }
 void S3Server::Stop() {
   impl_->http->Stop();
   impl_->StopTrimmer();
+}
+
+Status GenerateSelfSignedCertificate(const std::string& cert_file, const std::string& key_file,
+                                     const std::vector<std::string>& hosts, int days) {
+  return s3::GenerateSelfSignedCertificate(cert_file, key_file, hosts, days);
 }
 
 Status PutObjectInDirectory(const std::string& directory, const std::string& bucket,

@@ -320,11 +320,20 @@ class S3Client {
   std::unique_ptr<Impl> impl_;
 };
 
+// How a credential-less transfer checks an https server. Plain http URLs
+// ignore it.
+struct UrlTlsOptions {
+  std::string ca_file;  // PEM roots to verify the server with; "" = the system's
+  bool verify = true;   // false: no verification (tests only)
+};
+
 // For a party without credentials: GET or PUT a (presigned) URL.
 Result<Buffer> HttpGetUrl(const std::string& url,
-                          std::chrono::milliseconds timeout = std::chrono::minutes(10));
+                          std::chrono::milliseconds timeout = std::chrono::minutes(10),
+                          const UrlTlsOptions& tls = {});
 Status HttpPutUrl(const std::string& url, const GatherList& body,
-                  std::chrono::milliseconds timeout = std::chrono::minutes(10));
+                  std::chrono::milliseconds timeout = std::chrono::minutes(10),
+                  const UrlTlsOptions& tls = {});
 
 // GET of a (presigned) URL whose object is `size` bytes long, by ranges over
 // `connections` parallel connections straight into one Buffer. A range that
@@ -349,6 +358,7 @@ struct UrlDownloadArgs {
   // whole object is needed. Not owned.
   uint64_t block_bytes = 0;
   std::span<const uint64_t> block_sums;
+  UrlTlsOptions tls;
 };
 struct UrlDownloadResult {
   Buffer data;
@@ -375,6 +385,7 @@ struct UrlUploadArgs {
   int max_part_retries = 3;
   std::chrono::milliseconds retry_base_delay{50};
   std::chrono::milliseconds timeout = std::chrono::minutes(10);  // per request
+  UrlTlsOptions tls;
 };
 Result<uint64_t> HttpPutUrlParts(const UrlUploadArgs& args);
 

@@ -70,6 +70,12 @@ struct S3ServerOptions {
   // (the hybrid backends' embedded server; xsilo verifies payloads with the
   // wire format's own checksum).
   bool md5_etags = true;
+  // HTTPS: a PEM certificate chain and its key; both or neither. Empty
+  // (default): plain HTTP, for loopback and tests. endpoint() then starts
+  // with "https://", and clients verify the chain (S3ClientOptions::ca_file,
+  // UrlTlsOptions::ca_file). GenerateSelfSignedCertificate makes a pair.
+  std::string tls_cert_file;
+  std::string tls_key_file;
   // Buckets created at start (ignored if they already exist). Default none.
   std::vector<std::string> buckets;
   // Largest object a single PUT or a completed multipart upload may have.
@@ -116,7 +122,7 @@ class S3Server {
 
   // The bound port (the ephemeral one when options.port was 0).
   int port() const;
-  // "http://<host>:<port>", with 127.0.0.1 for a wildcard bind.
+  // "http://<host>:<port>" ("https://" with TLS), 127.0.0.1 for a wildcard bind.
   std::string endpoint() const;
   // Closes every connection and joins the threads; idempotent.
   void Stop();
@@ -136,6 +142,12 @@ class S3Server {
 // NotFound (NoSuchBucket) when the bucket does not exist. The ETag is
 // computed while the bytes are written: MD5, or XXH3 with md5_etag false
 // (as S3ServerOptions::md5_etags).
+// Writes a self-signed certificate for `hosts` (IP literals and DNS names;
+// at least one) and its key (mode 0600), valid for `days`: for a local job's
+// HTTPS, where the certificate is also the CA file clients trust.
+Status GenerateSelfSignedCertificate(const std::string& cert_file, const std::string& key_file,
+                                     const std::vector<std::string>& hosts, int days = 30);
+
 Status PutObjectInDirectory(const std::string& directory, const std::string& bucket,
                             const std::string& key, const GatherList& body, bool md5_etag = true);
 
