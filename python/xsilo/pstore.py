@@ -228,10 +228,9 @@ class Store:
             return self.connector.put(data)
         stream, buffers = _ser.dumps(obj)
         if self._native is not None:
-            parts = {"p": stream}
-            for i, b in enumerate(buffers):
-                parts[f"b{i:06d}"] = b
-            return self._native.put_tensors(parts)
+            if not buffers:  # one small part: a packed bytes object
+                return self._native.put_bytes(memoryview(_ser.pack(stream, ())))
+            return self._native.put_tensors(_ser.parts(stream, buffers))
         return self.connector.put(_ser.pack(stream, buffers))
 
     def _get_one(self, key, deserializer):
@@ -240,12 +239,10 @@ class Store:
             if deserializer is not None:
                 t = self._native.get_bytes(key)
                 return _MISSING if t is None else deserializer(bytes(memoryview(t)))
-            parts = self._native.get_tensors(key)
-            if parts is None:
+            t = self._native.get_bytes(key)
+            if t is None:
                 return _MISSING
-            names = sorted(parts)
-            bufs = [memoryview(parts[n]) for n in names if n != "p"]
-            return _ser.loads(memoryview(parts["p"]), bufs)
+            return _ser.loads(*_ser.unparts(memoryview(t)))
         data = self.connector.get(key)
         if data is None:
             return _MISSING

@@ -13,6 +13,7 @@ bytes object for connectors written in Python.
 """
 
 import io
+import json
 import pickle
 import struct
 import sys
@@ -162,6 +163,42 @@ def unpack(data):
         parts.append(mv[pos:pos + length])
         pos += length
     return parts[0], parts[1:]
+
+
+def parts(stream, buffers):
+    """The parts as a name -> buffer dict for the engine's safetensors codec:
+    "p" the stream, "b000000"... the buffers, and where a buffer's length is
+    not a multiple of 64 a zero "b000000_" after it, so that every buffer
+    starts 64-byte aligned (the codec lays parts out in name order)."""
+    out = {"p": stream}
+    for i, b in enumerate(buffers):
+        out[f"b{i:06d}"] = b
+        pad = -b.nbytes % _ALIGN
+        if pad:
+            out[f"b{i:06d}_"] = bytes(pad)
+    return out
+
+
+def unparts(data):
+    """(stream, [buffers]) from the bytes of parts() (a safetensors object) or
+    of pack(), as views of data."""
+    mv = memoryview(data).cast("B")
+    if bytes(mv[:4]) == _MAGIC:
+        return unpack(mv)
+    (n,) = struct.unpack_from("<Q", mv, 0)
+    header = json.loads(bytes(mv[8:8 + n]))
+    base = 8 + n
+    stream, buffers = None, []
+    for name in sorted(header):
+        if name == "p":
+            a, b = header[name]["data_offsets"]
+            stream = mv[base + a:base + b]
+        elif name.startswith("b") and not name.endswith("_"):
+            a, b = header[name]["data_offsets"]
+            buffers.append(mv[base + a:base + b])
+    if stream is None:
+        raise SerializationError("not an xsilo serialized object")
+    return stream, buffers
 
 
 def serialize(obj):

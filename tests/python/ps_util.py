@@ -80,14 +80,12 @@ def consume(make_subscriber, sub_args, out_queue, ready, evict=None):
         out_queue.put(("error", repr(e)))
 
 
-def produce(make_publisher, pub_args, store_config, topics, n, batch_size, evict, start=None):
+def produce(make_publisher, pub_args, store_config, topics, n, batch_size, evict):
     """A stream producer in its own process: n arrays per topic, then end."""
     import numpy
 
     from xsilo import pstore, stream
 
-    if start is not None:
-        start()
     pub = getattr(stream, make_publisher)(*pub_args)
     if hasattr(pub, "wait_for_subscribers"):
         pub.wait_for_subscribers(2 * len(topics), timeout=300)
