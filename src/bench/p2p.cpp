@@ -28,6 +28,7 @@
 #include "xsilo/core/tiers.h"
 #include "xsilo/netem/netem.h"
 #include "xsilo/netem/probe.h"
+#include "xsilo/s3/server.h"
 #include "xsilo/transport/registry.h"
 
 namespace xsilo::bench {
@@ -101,6 +102,10 @@ struct BackendSpec {
   bool needs_mpirun = false;
   // Only runs when sender and receiver share a host address (lan).
   bool loopback_only = false;
+  // TLS on every leg: grpc with mutual TLS and, for +s3, the embedded
+  // object server on https, all with one self-signed pair the run makes
+  // (TlsOptionsFor), which every party trusts.
+  bool tls = false;
 };
 
 const std::vector<BackendSpec>& Backends() {
@@ -117,6 +122,8 @@ const std::vector<BackendSpec>& Backends() {
       {"mpi-buffer", "mpi-buffer", {}, false, true, false},
       // uv transport (TCP) and the basic channel, as PyTorch RPC between hosts.
       {"tensorpipe", "tensorpipe", {}, false, false, false},
+      {"grpc-tls", "grpc", {{"streams", "1"}}, true, false, false, true},
+      {"grpc+s3-tls", "grpc+s3", {}, false, false, false, true},
   };
   return kBackends;
 }
@@ -142,6 +149,33 @@ const BackendSpec* FindBackend(const std::string& name) {
   }
   striped.push_back({name, "grpc", {{"streams", k}}, true, false, false});
   return &striped.back();
+}
+
+// The options that put a TLS row on TLS: a self-signed pair for every site
+// address of the environment (made once per environment, in the run's
+// folder), used by the grpc server and clients (mutual TLS) and by the
+// embedded object server, and trusted by every party as its CA.
+Result<std::map<std::string, std::string>> TlsOptionsFor(const std::string& out,
+                                                         const std::string& env,
+                                                         const netem::State& state,
+                                                         const std::string& transport) {
+  const std::string dir = out + "/tls-" + env;
+  const std::string cert = dir + "/cert.pem", key = dir + "/key.pem";
+  if (!fs::exists(cert)) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    std::vector<std::string> hosts = {"localhost", "127.0.0.1"};
+    for (const auto& site : state.sites) hosts.push_back(site.address);
+    XSILO_RETURN_IF_ERROR(GenerateSelfSignedCertificate(cert, key, hosts));
+  }
+  std::map<std::string, std::string> o = {
+      {"tls_cert", cert}, {"tls_key", key}, {"tls_ca", cert}, {"tls_server_name", "localhost"}};
+  if (transport.find("+s3") != std::string::npos) {
+    o["store.tls_cert"] = cert;
+    o["store.tls_key"] = key;
+    o["store.ca_file"] = cert;
+  }
+  return o;
 }
 
 // A port below the ephemeral range, picked at random: each peer world uses
@@ -419,6 +453,14 @@ int RunP2p(P2pOptions a) {
           spec.address = server_addr + ":" + std::to_string(PickPort());
           spec.transport = b.transport;
           spec.options = b.options;
+          if (b.tls) {
+            auto tls = TlsOptionsFor(a.out, env, state, b.transport);
+            if (!tls.ok()) {
+              std::cerr << "xsilo bench p2p: " << bname << ": " << tls.status().ToString() << "\n";
+              return 1;
+            }
+            for (const auto& [k, v] : *tls) spec.options[k] = v;
+          }
           for (const auto& [k, v] : extra_options[bname]) spec.options[k] = v;
           spec.prefix = topology->loopback ? "" : a.prefix;
           spec.parameters = tier->parameters;

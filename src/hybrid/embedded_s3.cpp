@@ -32,17 +32,25 @@ void CloseAllExcept(int a, int b) {
 
 // Runs in the server process: serve until the control pipe closes (the
 // party is done, or died). Never returns.
-[[noreturn]] void Serve(int ready_fd, int control_fd, const std::string& host, int port,
-                        const std::string& access, const std::string& secret,
-                        const std::string& directory) {
+// What every server process of one EmbeddedS3 is started with.
+struct ServerSpec {
+  std::string host;
+  int port = 0;
+  std::string access, secret, directory;
+  std::string tls_cert, tls_key;  // both empty: plain HTTP
+};
+
+[[noreturn]] void Serve(int ready_fd, int control_fd, const ServerSpec& spec, int port) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);  // dies with its supervisor
   S3ServerOptions o;
-  o.host = host;
+  o.host = spec.host;
   o.port = port;
-  o.access_key = access;
-  o.secret_key = secret;
+  o.access_key = spec.access;
+  o.secret_key = spec.secret;
   o.buckets = {EmbeddedS3::kBucket};
-  o.directory = directory;
+  o.directory = spec.directory;
+  o.tls_cert_file = spec.tls_cert;
+  o.tls_key_file = spec.tls_key;
   o.recycle_bytes = 2ull << 30;  // the files of evicted models, for the next ones
   o.md5_etags = false;           // its clients are xsilo's parties, which never check ETags as MD5
   auto server = S3Server::Start(o);
@@ -62,15 +70,14 @@ void CloseAllExcept(int a, int b) {
 }
 
 // Forks a server process; its bound port (or -1) comes back on *bound.
-pid_t SpawnServer(int control_fd, const std::string& host, int port, const std::string& access,
-                  const std::string& secret, const std::string& directory, int32_t* bound) {
+pid_t SpawnServer(int control_fd, const ServerSpec& spec, int port, int32_t* bound) {
   *bound = -1;
   int ready[2];
   if (::pipe2(ready, O_CLOEXEC) != 0) return -1;
   pid_t pid = ::fork();
   if (pid == 0) {
     CloseAllExcept(ready[1], control_fd);
-    Serve(ready[1], control_fd, host, port, access, secret, directory);
+    Serve(ready[1], control_fd, spec, port);
   }
   ::close(ready[1]);
   if (pid > 0) {
@@ -87,9 +94,7 @@ pid_t SpawnServer(int control_fd, const std::string& host, int port, const std::
 // and, should it die (killed, crashed), starts another on the same
 // directory, port and credentials, so the URLs the party handed out stay
 // valid and no stored object is lost. Exits when the control pipe closes.
-[[noreturn]] void SuperviseInChild(int ready_fd, int control_fd, const std::string& host, int port,
-                                   const std::string& access, const std::string& secret,
-                                   const std::string& directory) {
+[[noreturn]] void SuperviseInChild(int ready_fd, int control_fd, const ServerSpec& spec) {
   // Dies with the party. (The signal follows the forking *thread*: create
   // the transport on a thread that lives as long as it.)
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -97,7 +102,7 @@ pid_t SpawnServer(int control_fd, const std::string& host, int port, const std::
   // the two pipe ends.
   CloseAllExcept(ready_fd, control_fd);
   int32_t bound = -1;
-  pid_t server = SpawnServer(control_fd, host, port, access, secret, directory, &bound);
+  pid_t server = SpawnServer(control_fd, spec, spec.port, &bound);
   (void)!::write(ready_fd, &bound, sizeof(bound));
   ::close(ready_fd);
   if (server <= 0 || bound <= 0) _exit(1);
@@ -121,7 +126,7 @@ pid_t SpawnServer(int control_fd, const std::string& host, int port, const std::
     // linger) or the party stops, with backoff.
     for (;;) {
       int32_t again = -1;
-      server = SpawnServer(control_fd, host, bound, access, secret, directory, &again);
+      server = SpawnServer(control_fd, spec, bound, &again);
       if (server > 0 && again == bound) break;
       if (server > 0) ::waitpid(server, nullptr, 0);
       pollfd c{control_fd, POLLIN, 0};
@@ -172,7 +177,11 @@ Result<std::string> MakeStorageDirectory() {
 }  // namespace
 
 Result<std::shared_ptr<EmbeddedS3>> EmbeddedS3::Start(const std::string& bind_host, int port,
-                                                      const std::string& advertise_host) {
+                                                      const std::string& advertise_host,
+                                                      const EmbeddedTls& tls) {
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return InvalidArgument("the embedded S3 server needs both a TLS certificate and its key");
+  }
   int ready[2], control[2];
   if (::pipe2(ready, O_CLOEXEC) != 0) return Internal(std::string("pipe: ") + std::strerror(errno));
   if (::pipe2(control, O_CLOEXEC) != 0) {
@@ -198,7 +207,9 @@ Result<std::shared_ptr<EmbeddedS3>> EmbeddedS3::Start(const std::string& bind_ho
   if (pid == 0) {
     ::close(ready[0]);
     ::close(control[1]);
-    SuperviseInChild(ready[1], control[0], bind_host, port, access, secret, *dir);
+    SuperviseInChild(
+        ready[1], control[0],
+        ServerSpec{bind_host, port, access, secret, *dir, tls.cert_file, tls.key_file});
   }
   ::close(ready[1]);
   ::close(control[0]);
@@ -213,8 +224,9 @@ Result<std::shared_ptr<EmbeddedS3>> EmbeddedS3::Start(const std::string& bind_ho
   if (::poll(&p, 1, 30000) == 1 && ::read(ready[0], &bound, sizeof(bound)) == sizeof(bound) &&
       bound > 0) {
     const std::string& host = advertise_host;
-    s->endpoint_ = "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) +
-                   ":" + std::to_string(bound);
+    s->endpoint_ = std::string(tls.cert_file.empty() ? "http://" : "https://") +
+                   (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+                   std::to_string(bound);
   }
   ::close(ready[0]);
   if (s->endpoint_.empty()) {

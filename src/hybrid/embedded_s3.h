@@ -18,14 +18,20 @@
 
 namespace xsilo {
 
+struct EmbeddedTls {
+  std::string cert_file, key_file;  // PEM; both empty: plain HTTP
+};
+
 class EmbeddedS3 {
  public:
   // Forks a supervisor child that runs a server process serving S3 (objects
   // in directory()) on bind_host:port (0 =
   // ephemeral) with fresh random credentials and the bucket "xsilo". The
   // endpoint names `advertise_host`, the address other parties reach.
+  // With a TLS pair it serves HTTPS (endpoint() "https://...").
   static Result<std::shared_ptr<EmbeddedS3>> Start(const std::string& bind_host, int port,
-                                                   const std::string& advertise_host);
+                                                   const std::string& advertise_host,
+                                                   const EmbeddedTls& tls = {});
   ~EmbeddedS3();  // stops the supervisor and the server, and waits for them
 
   const std::string& endpoint() const { return endpoint_; }

@@ -838,13 +838,15 @@ class HybridTransport final : public Transport {
       Status put;
       const auto start = Clock::now();
       if (grant->part_urls.empty()) {
-        put = HttpPutUrl(grant->url, payload.bytes);
+        put = HttpPutUrl(grant->url, payload.bytes, std::chrono::minutes(10),
+                         UrlTlsOptions{.ca_file = hybrid_.url_ca_file});
       } else {
         UrlUploadArgs up;
         up.part_urls = grant->part_urls;
         up.complete_url = grant->complete_url;
         up.body = payload.bytes;
         up.connections = hybrid_.url_connections;
+        up.tls.ca_file = hybrid_.url_ca_file;
         put = HttpPutUrlParts(up).status();
       }
       if (put.ok() && router_) {
@@ -1226,6 +1228,7 @@ class HybridTransport final : public Transport {
       args.pool = pool_.get();
       args.block_bytes = blocks.block_bytes;
       args.block_sums = blocks.sums;
+      args.tls.ca_file = hybrid_.url_ca_file;
       auto fetched = HttpGetUrlRanges(args);
       if (!fetched.ok() && fetched.status().code() != StatusCode::kNotFound)
         return fetched.status();

@@ -80,6 +80,24 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
                                                          : store.options.count("endpoint") == 0);
   std::string bind, advertise, advertise_endpoint;
   int64_t port = 0;
+  EmbeddedTls tls;
+  if (auto it = store.options.find("ca_file"); it != store.options.end()) {
+    hybrid.url_ca_file = it->second;  // and the connector keeps it
+  }
+  for (const char* k : {"tls_cert", "tls_key"}) {
+    auto it = store.options.find(k);
+    if (it == store.options.end()) continue;
+    if (!embedded) {
+      return InvalidArgument(std::string("store.") + k +
+                             " is the embedded object server's certificate; an external store's "
+                             "TLS is its own (give store.ca_file to verify it)");
+    }
+    (std::string(k) == "tls_cert" ? tls.cert_file : tls.key_file) = it->second;
+    store.options.erase(it);
+  }
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return InvalidArgument("store.tls_cert and store.tls_key go together");
+  }
   for (const char* k : {"embedded", "embedded_bind", "embedded_port", "embedded_advertise"}) {
     auto it = store.options.find(k);
     if (it == store.options.end()) continue;
@@ -99,7 +117,7 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
       if (!p.ok() || *p > 65535) {
         return InvalidArgument("store.embedded_advertise='" + a + "' must be host:port");
       }
-      advertise_endpoint = "http://" + a;
+      advertise_endpoint = (tls.cert_file.empty() ? "http://" : "https://") + a;
     } else {
       XSILO_ASSIGN_OR_RETURN(port, ParseInt("store.embedded_port", it->second, 0));
       if (port > 65535) return InvalidArgument("store.embedded_port must be in [0, 65535]");
@@ -122,7 +140,7 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
       // Forked before the inner transport exists, while this process has
       // as few threads as it will ever have.
       XSILO_ASSIGN_OR_RETURN(std::shared_ptr<EmbeddedS3> server,
-                             EmbeddedS3::Start(bind, static_cast<int>(port), advertise));
+                             EmbeddedS3::Start(bind, static_cast<int>(port), advertise, tls));
       store.options["endpoint"] =
           advertise_endpoint.empty() ? server->endpoint() : advertise_endpoint;
       store.options["access_key"] = server->access_key();

@@ -100,7 +100,7 @@ Status GenerateSelfSignedCertificate(const std::string& cert_file, const std::st
       {NID_subject_alt_name, san},
       {NID_basic_constraints, "critical,CA:TRUE"},
       {NID_key_usage, "critical,digitalSignature,keyCertSign"},
-      {NID_ext_key_usage, "serverAuth"},
+      {NID_ext_key_usage, "serverAuth,clientAuth"},  // both ends of mutual TLS
   };
   for (const auto& [nid, value] : extensions) {
     X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &v3, nid, value.c_str());

@@ -43,6 +43,26 @@ XSILO_TRANSPORT_CONFORMANCE(GrpcS3Embedded, {.backend = "grpc+s3",
 // store by the 10 MiB default before).
 XSILO_TRANSPORT_CONFORMANCE(AutoS3, {.backend = "auto+s3", .network = true, .label = "auto_s3"});
 
+// TLS on both legs: grpc with mutual TLS and the embedded object server on
+// https, both with one self-signed pair (made by the environment below),
+// which every party trusts as its CA; presigned URLs are https.
+namespace xsilo::testing {
+inline std::string HybridTlsDir() { return "/tmp/xsilo-hybrid-tls-" + std::to_string(::getpid()); }
+}  // namespace xsilo::testing
+XSILO_TRANSPORT_CONFORMANCE(
+    GrpcS3Tls,
+    {.backend = "grpc+s3",
+     .backend_options = {{"threshold", "65536"},
+                         {"tls_cert", xsilo::testing::HybridTlsDir() + "/cert.pem"},
+                         {"tls_key", xsilo::testing::HybridTlsDir() + "/key.pem"},
+                         {"tls_ca", xsilo::testing::HybridTlsDir() + "/cert.pem"},
+                         {"tls_server_name", "localhost"},
+                         {"store.tls_cert", xsilo::testing::HybridTlsDir() + "/cert.pem"},
+                         {"store.tls_key", xsilo::testing::HybridTlsDir() + "/key.pem"},
+                         {"store.ca_file", xsilo::testing::HybridTlsDir() + "/cert.pem"}},
+     .network = true,
+     .label = "grpc_s3_tls"});
+
 // s3rver as the external S3 endpoint: every party uploads and downloads
 // through it with explicit keys. The parameters are built when gtest
 // registers the tests (also when it only lists them), so they carry an
@@ -87,6 +107,25 @@ class S3rverEnvironment : public ::testing::Environment {
 
 [[maybe_unused]] ::testing::Environment* const g_s3rver_environment =
     ::testing::AddGlobalTestEnvironment(new S3rverEnvironment);
+
+// The self-signed pair of the GrpcS3Tls tests, made once per test process
+// (receiver children use their parent's, named in the options they get).
+class HybridTlsEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    std::filesystem::create_directories(HybridTlsDir());
+    Status st = GenerateSelfSignedCertificate(
+        HybridTlsDir() + "/cert.pem", HybridTlsDir() + "/key.pem", {"localhost", "127.0.0.1"});
+    if (!st.ok()) ADD_FAILURE() << st.ToString();
+  }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(HybridTlsDir(), ec);
+  }
+};
+
+[[maybe_unused]] ::testing::Environment* const g_hybrid_tls_environment =
+    ::testing::AddGlobalTestEnvironment(new HybridTlsEnvironment);
 
 }  // namespace
 }  // namespace xsilo::testing
@@ -315,6 +354,70 @@ TEST(GrpcS3Embedded, ObjectsLiveInTmpfsAndGoWithTheTransport) {
   server->reset();
   EXPECT_FALSE(std::filesystem::exists(dirs[0]));
   EXPECT_TRUE(OurEmbeddedDirs().empty());
+}
+
+// store.tls_cert/tls_key put the embedded object server on https and
+// store.ca_file is what the parties verify it with: with the right CA the
+// model goes by the store both ways; a client that trusts another CA cannot
+// fetch it (so the store leg is TLS, checked), and the receive fails
+// rather than delivering anything.
+TEST(GrpcS3Embedded, HttpsStoreVerifiedByTheCaFileOfEachParty) {
+  const std::string dir = testing::HybridTlsDir() + "-store";
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(
+      GenerateSelfSignedCertificate(dir + "/cert.pem", dir + "/key.pem", {"127.0.0.1"}).ok());
+  ASSERT_TRUE(
+      GenerateSelfSignedCertificate(dir + "/other.pem", dir + "/other-key.pem", {"127.0.0.1"})
+          .ok());
+  for (const std::string client_ca : {"cert.pem", "other.pem"}) {
+    SCOPED_TRACE("client trusts " + client_ca);
+    std::string address = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
+    auto party = [&](int rank, const std::string& ca) {
+      TransportOptions o;
+      o.rank = rank;
+      o.world_size = 2;
+      o.address = address;
+      o.backend = {{"store.tls_cert", dir + "/cert.pem"},
+                   {"store.tls_key", dir + "/key.pem"},
+                   {"store.ca_file", dir + "/" + ca}};
+      return TransportRegistry::Global().Create("grpc+s3", o);
+    };
+    auto server = party(0, "cert.pem");
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    auto client = party(1, client_ca);
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    std::thread start([&] { ASSERT_TRUE((*server)->Start().ok()); });
+    ASSERT_TRUE((*client)->Start().ok());
+    start.join();
+    Message model = PatternMessage(12 << 20, 1, 0);  // above the 10 MiB threshold
+    ASSERT_TRUE((*server)->Send(1, model, 60s).ok());
+    auto got = (*client)->Receive(client_ca == "cert.pem" ? 60s : 15s);
+    if (client_ca == "cert.pem") {
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_TRUE(PatternIntact(*got));
+      Message update = PatternMessage((12 << 20) + 7, 2, 0);  // up through a grant
+      ASSERT_TRUE((*client)->Send(0, update, 60s).ok());
+      auto up = (*server)->Receive(60s);
+      ASSERT_TRUE(up.ok()) << up.status().ToString();
+      EXPECT_TRUE(PatternIntact(*up));
+    } else {
+      EXPECT_FALSE(got.ok());
+    }
+    (*client)->Stop();
+    (*server)->Stop();
+  }
+  // An external store's TLS is its own: the embedded server's pair is refused there.
+  TransportOptions o;
+  o.rank = 0;
+  o.world_size = 2;
+  o.address = "127.0.0.1:1";
+  o.backend = {{"store.endpoint", "https://127.0.0.1:1"},
+               {"store.bucket", "b"},
+               {"store.tls_cert", dir + "/cert.pem"},
+               {"store.tls_key", dir + "/key.pem"}};
+  auto refused = TransportRegistry::Global().Create("grpc+s3", o);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().ToString();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(GrpcSevenClients, ThreeRoundsBothWaysOneStream) { ExchangeOverGrpc({}); }

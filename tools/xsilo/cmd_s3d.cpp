@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 
 #include "commands.h"
@@ -14,7 +15,9 @@ namespace {
 struct S3dArgs {
   S3ServerOptions options;
   bool memory = false;
+  bool no_md5 = false;
   std::string port_file;
+  std::string self_signed_dir;
 };
 
 // Blocks until SIGINT or SIGTERM arrives; the signals are blocked first so
@@ -51,6 +54,14 @@ void AddS3dCommand(CLI::App& app) {
                   "accept <bucket>.<domain> Host headers (virtual-hosted style)");
   cmd->add_flag("--allow-anonymous", o.allow_anonymous, "accept unsigned requests too");
   cmd->add_option("--port-file", args->port_file, "write the bound port to this file");
+  cmd->add_option("--tls-cert", o.tls_cert_file, "serve HTTPS with this PEM certificate chain");
+  cmd->add_option("--tls-key", o.tls_key_file, "the PEM key of --tls-cert");
+  cmd->add_option("--tls-self-signed", args->self_signed_dir,
+                  "serve HTTPS with a fresh self-signed pair written to this directory "
+                  "(cert.pem, which clients trust as their CA file, and key.pem)");
+  cmd->add_flag("--xxh3-etags", args->no_md5,
+                "XXH3 instead of MD5 ETags: cheaper, for xsilo clients only (rclone, s3cmd and "
+                "aws s3 sync check ETags as MD5)");
   cmd->callback([args] {
     if (args->memory && !args->options.directory.empty()) {
       std::cerr << "s3d: --memory and --dir are exclusive\n";
@@ -61,6 +72,29 @@ void AddS3dCommand(CLI::App& app) {
     }
     if (args->options.secret_key.empty()) {
       if (const char* s = std::getenv("AWS_SECRET_ACCESS_KEY")) args->options.secret_key = s;
+    }
+    args->options.md5_etags = !args->no_md5;
+    if (!args->self_signed_dir.empty()) {
+      if (!args->options.tls_cert_file.empty() || !args->options.tls_key_file.empty()) {
+        std::cerr << "s3d: --tls-self-signed and --tls-cert/--tls-key are exclusive\n";
+        std::exit(2);
+      }
+      std::error_code ec;
+      std::filesystem::create_directories(args->self_signed_dir, ec);
+      args->options.tls_cert_file = args->self_signed_dir + "/cert.pem";
+      args->options.tls_key_file = args->self_signed_dir + "/key.pem";
+      std::vector<std::string> hosts = {"127.0.0.1", "localhost"};
+      if (args->options.host != "0.0.0.0" && args->options.host != "127.0.0.1") {
+        hosts.insert(hosts.begin(), args->options.host);
+      }
+      Status st = GenerateSelfSignedCertificate(args->options.tls_cert_file,
+                                                args->options.tls_key_file, hosts);
+      if (!st.ok()) {
+        std::cerr << "s3d: " << st.ToString() << "\n";
+        std::exit(1);
+      }
+      std::cout << "s3d: self-signed certificate " << args->options.tls_cert_file
+                << " (clients: --ca-bundle / ca_file)" << std::endl;
     }
     auto server = S3Server::Start(args->options);
     if (!server.ok()) {

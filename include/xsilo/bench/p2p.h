@@ -16,7 +16,8 @@ namespace xsilo::bench {
 
 // Every backend the study knows, in its order.
 inline constexpr const char* kP2pBackends =
-    "grpc,grpc-s4,grpc-unary,grpc+s3,auto+s3,mpi-generic,mpi-buffer,tensorpipe";
+    "grpc,grpc-s4,grpc-unary,grpc+s3,auto+s3,mpi-generic,mpi-buffer,tensorpipe,grpc-tls,"
+    "grpc+s3-tls";
 
 // Most timed sends of one latency point that --min-seconds asks for.
 inline constexpr int kP2pMaxTimedSends = 2000;

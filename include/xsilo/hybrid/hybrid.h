@@ -43,6 +43,10 @@ struct HybridOptions {
   // 5 MiB each). On a long link one TCP connection is window-bound, so
   // filling it takes many. Default 32.
   int url_connections = 32;
+  // Store key "ca_file": PEM roots that verify an https object server for
+  // the presigned transfers (the connector takes the same key). Default "":
+  // the system's.
+  std::string url_ca_file;
   // Backend key "grants" (0|1): a party whose connector can presign attaches
   // to each message it sends an upload grant per receiver (a fresh key and
   // presigned multipart part URLs, or one PUT URL). A receiver without storage access uploads its

@@ -19,6 +19,8 @@
 //                machine (`xsilo s3d --dir`, the embedded server): Put writes
 //                there and Get maps from there directly, skipping HTTP.
 //                Machine-local, so it is not part of config().
+//   ca_file      default "": PEM roots that verify an https endpoint (the
+//                system's when empty); part of config()
 //   local_etags  md5 | xxh3 (default md5): the ETags of local_dir writes, as
 //                the server's S3ServerOptions::md5_etags.
 #include <algorithm>
@@ -39,6 +41,7 @@ struct S3ConnectorOptions {
   // of uploading them. Everything else still goes through the endpoint.
   std::string local_dir;
   std::string local_etags = "md5";  // or "xxh3", as that server's md5_etags
+  std::string ca_file;
   int connections = 8, concurrency = 8;
   uint64_t part_bytes = 64ull << 20;
   bool create_bucket = true;
@@ -61,6 +64,7 @@ class S3Connector final : public Connector, public PresignedAccess {
                           {"part_bytes", std::to_string(o_.part_bytes)},
                           {"create_bucket", o_.create_bucket ? "1" : "0"}};
     if (!o_.endpoint.empty()) m["endpoint"] = o_.endpoint;
+    if (!o_.ca_file.empty()) m["ca_file"] = o_.ca_file;
     if (!o_.access_key.empty()) {
       m["access_key"] = o_.access_key;
       m["secret_key"] = o_.secret_key;
@@ -200,10 +204,11 @@ class S3Connector final : public Connector, public PresignedAccess {
 }  // namespace
 
 Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& options) {
-  XSILO_RETURN_IF_ERROR(CheckConnectorOptions(
-      "s3", options,
-      {"bucket", "endpoint", "region", "access_key", "secret_key", "prefix", "connections",
-       "part_bytes", "concurrency", "addressing", "create_bucket", "local_dir", "local_etags"}));
+  XSILO_RETURN_IF_ERROR(
+      CheckConnectorOptions("s3", options,
+                            {"bucket", "endpoint", "region", "access_key", "secret_key", "prefix",
+                             "connections", "part_bytes", "concurrency", "addressing",
+                             "create_bucket", "local_dir", "local_etags", "ca_file"}));
   S3ConnectorOptions o;
   auto get = [&](const char* k, std::string* out) {
     if (auto it = options.find(k); it != options.end()) *out = it->second;
@@ -217,6 +222,7 @@ Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& optio
   get("addressing", &o.addressing);
   get("local_dir", &o.local_dir);
   get("local_etags", &o.local_etags);
+  get("ca_file", &o.ca_file);
   if (o.local_etags != "md5" && o.local_etags != "xxh3") {
     return InvalidArgument("s3 connector: local_etags must be md5 or xxh3, not " + o.local_etags);
   }
@@ -240,6 +246,7 @@ Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& optio
   S3ClientOptions co;
   co.endpoint = o.endpoint;
   co.region = o.region;
+  co.ca_file = o.ca_file;
   co.max_connections = std::max(o.connections, o.concurrency);
   if (o.addressing == "path")
     co.addressing = S3Addressing::kPath;
