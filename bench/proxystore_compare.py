@@ -56,7 +56,8 @@ def start_redis():
     port = free_port()
     proc = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--proto-max-bulk-len", "4294967296", "--loglevel", "warning"],
+         "--appendonly", "no", "--proto-max-bulk-len", "4294967296",
+         "--client-query-buffer-limit", "4294967296", "--loglevel", "warning"],
         stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while True:
@@ -237,6 +238,12 @@ def attribute_access():
     return out
 
 
+def fmt(cell):
+    if "error" in cell:
+        return f"failed ({cell['error'][:60]})"
+    return f"{cell['median_s'] * 1e3:10.3f} ms"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--proxystore", default="/tmp/proxystore-0.6.5",
@@ -270,20 +277,30 @@ def main():
                     reps = max(1, int(REPS[size_name] * args.reps_scale))
                     for op in args.ops.split(","):
                         times = {s.name: [] for s in systems}
+                        errors = {}
                         # alternate the systems, one repetition at a time
                         for _ in range(reps):
                             for sys_ in systems:
-                                times[sys_.name] += bench_cell(sys_, op, obj, 1)
+                                if sys_.name in errors:
+                                    continue
+                                try:
+                                    times[sys_.name] += bench_cell(sys_, op, obj, 1)
+                                except Exception as e:  # noqa: BLE001 - reported in the table
+                                    errors[sys_.name] = f"{type(e).__name__}: {e}"
+                                    gc.collect()
                         row = {"connector": connector, "kind": kind, "size": size_name, "op": op,
                                "reps": reps}
                         for name, ts in times.items():
-                            row[name] = {"median_s": statistics.median(ts), "min_s": min(ts)}
-                        row["speedup"] = row["proxystore"]["median_s"] / row["xsilo"]["median_s"]
+                            if name in errors:
+                                row[name] = {"error": errors[name]}
+                            else:
+                                row[name] = {"median_s": statistics.median(ts), "min_s": min(ts)}
+                        row["speedup"] = (row["proxystore"]["median_s"] / row["xsilo"]["median_s"]
+                                          if not errors else None)
                         rows.append(row)
                         print(f"{connector:5} {kind:5} {size_name:>5} {op:9} "
-                              f"proxystore {row['proxystore']['median_s'] * 1e3:10.3f} ms  "
-                              f"xsilo {row['xsilo']['median_s'] * 1e3:10.3f} ms  "
-                              f"{row['speedup']:7.2f}x", flush=True)
+                              f"proxystore {fmt(row['proxystore'])}  xsilo {fmt(row['xsilo'])}  "
+                              f"{row['speedup'] or 0:7.2f}x", flush=True)
                     del obj
                     gc.collect()
             ex = bench_executor(systems, args.executor_reps, ctx)
@@ -308,10 +325,15 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         target = 3.0 if SIZES[r["size"]] >= (1 << 20) else 1.0
-        met = "met" if r["speedup"] >= target else "**missed**"
-        print(f"| {r['connector']} | {r['kind']} | {r['size']} | {r['op']} | "
-              f"{r['proxystore']['median_s'] * 1e3:.3f} | {r['xsilo']['median_s'] * 1e3:.3f} | "
-              f"{r['speedup']:.2f}x | {met} (>= {target:g}x) |")
+        cells = [("failed" if "error" in r[n] else f"{r[n]['median_s'] * 1e3:.3f}")
+                 for n in ("proxystore", "xsilo")]
+        if r["speedup"] is None:
+            speed, met = "-", "n/a"
+        else:
+            speed = f"{r['speedup']:.2f}x"
+            met = "met" if r["speedup"] >= target else "**missed**"
+        print(f"| {r['connector']} | {r['kind']} | {r['size']} | {r['op']} | {cells[0]} | "
+              f"{cells[1]} | {speed} | {met} (>= {target:g}x) |")
     for c, e in executor.items():
         met = "met" if e["speedup"] >= 3 else "**missed**"
         print(f"| {c} | numpy | 10MB | executor round trip | {e['proxystore']['median_s'] * 1e3:.3f} "

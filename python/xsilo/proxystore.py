@@ -66,6 +66,7 @@ from .pstore import (  # noqa: F401
     update,
 )
 from .serialize import SerializationError, deserialize, serialize  # noqa: F401
+from .serialize import dumps as serialize_parts  # noqa: F401
 from .executor import ProxyAlways, ProxyNever, ProxySize, ProxyType, StoreExecutor  # noqa: F401
 from .stream import (  # noqa: F401
     QueuePublisher,

@@ -1,8 +1,9 @@
 """Objects to parts and back: pickle protocol 5 with out-of-band buffers.
 
 dumps(obj) returns the pickle stream and the large buffers found inside obj
-(numpy arrays, bytearrays, torch CPU tensors, bytes of 64 KiB and more)
-without copying them; loads(stream, buffers) rebuilds the object around
+(numpy arrays and torch CPU tensors at any depth; bytes and bytearrays of
+64 KiB and more at the top and inside dicts, lists and tuples of up to 256
+items, two levels down) without copying them; loads(stream, buffers) rebuilds the object around
 those buffers (numpy arrays and torch tensors view them, no copy). Objects
 the standard pickler refuses (lambdas, local classes) go through
 cloudpickle when it is installed (Debian's python3-cloudpickle).
@@ -78,13 +79,52 @@ def _torch_reduce(t):
     return _rebuild_torch, (arr, dtype, requires_grad, parameter)
 
 
+def _rebuild_bytearray(buf):
+    return bytearray(buf)
+
+
+class _BigBytes:
+    """A large bytes or bytearray object, pickled out of band. The C pickler
+    writes exact bytes and bytearray objects in band without asking
+    reducer_override, so dumps() swaps them for this wrapper first (see
+    _swap_bytes)."""
+
+    __slots__ = ("b",)
+
+    def __init__(self, b):
+        self.b = b
+
+    def __reduce__(self):
+        rebuild = _rebuild_bytes if type(self.b) is bytes else _rebuild_bytearray
+        return rebuild, (pickle.PickleBuffer(self.b),)
+
+
+# How far dumps() looks into dicts, lists and tuples for large bytes objects.
+_SWAP_DEPTH = 2
+_SWAP_ITEMS = 256
+
+
+def _swap_bytes(obj, depth=0):
+    """obj with its large bytes and bytearray objects wrapped in _BigBytes: the object
+    itself, and inside dicts, lists and tuples of at most 256 items down to
+    two levels (deeper or larger containers are pickled as they are)."""
+    t = type(obj)
+    if t is bytes or t is bytearray:
+        return _BigBytes(obj) if len(obj) >= INBAND_LIMIT else obj
+    if depth >= _SWAP_DEPTH or t not in (dict, list, tuple) or len(obj) > _SWAP_ITEMS:
+        return obj
+    if t is dict:
+        out = {k: _swap_bytes(v, depth + 1) for k, v in obj.items()}
+        return out if any(out[k] is not v for k, v in obj.items()) else obj
+    out = [_swap_bytes(v, depth + 1) for v in obj]
+    if all(a is b for a, b in zip(out, obj)):
+        return obj
+    return t(out)
+
+
 class _Pickler(pickle.Pickler):
     def reducer_override(self, obj):
         t = type(obj)
-        if t is bytes:
-            if len(obj) >= INBAND_LIMIT:
-                return _rebuild_bytes, (pickle.PickleBuffer(obj),)
-            return NotImplemented
         if t.__module__.startswith("torch") and "torch" in sys.modules:
             import torch
 
@@ -114,14 +154,15 @@ def dumps(obj):
     buffers = []
     f = io.BytesIO()
     try:
-        _Pickler(f, protocol=5, buffer_callback=_collector(buffers)).dump(obj)
+        _Pickler(f, protocol=5, buffer_callback=_collector(buffers)).dump(_swap_bytes(obj))
         return f.getbuffer(), buffers
     except Exception as e:  # pickle raises PicklingError, TypeError, AttributeError...
         first = e
     if cloudpickle is not None:
         buffers = []
         try:
-            stream = cloudpickle.dumps(obj, protocol=5, buffer_callback=_collector(buffers))
+            stream = cloudpickle.dumps(_swap_bytes(obj), protocol=5,
+                                      buffer_callback=_collector(buffers))
             return memoryview(stream), buffers
         except Exception as e:
             raise SerializationError(

@@ -124,6 +124,9 @@ def test_bytes_inside_structures_round_trip(store):
     p = store.proxy({"blob": big, "small": b"abc", "arr": bytearray(big)})
     assert p["blob"] == big and type(p["blob"]) is bytes
     assert p["small"] == b"abc" and bytes(p["arr"]) == big
+    # the large ones leave the pickle stream (out of band, not copied into it)
+    stream, buffers = ps.serialize_parts({"blob": big, "arr": bytearray(big), "n": [big]})
+    assert len(stream) < 1024 and sorted(b.nbytes for b in buffers) == [1 << 20] * 3
 
 
 def test_resolves_once_across_threads(tmp_path):
