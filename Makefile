@@ -16,18 +16,23 @@ CTEST_JOBS ?= 2
 PARSER_FUZZERS = fuzz_grpc_reassembly fuzz_grpc_wire fuzz_s3_chunked fuzz_s3_http fuzz_s3_sigv4 fuzz_s3_xml \
   fuzz_toml_config
 
-.PHONY: all deps build run test unit asan fuzz fuzz-build format clean
+.PHONY: all deps configure build run test unit asan fuzz fuzz-build format clean
 
 all: build
 
 deps:
 	./scripts/install-deps.sh
 
-build: deps
+configure: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-run: build
+# The main job needs the xsilo binary alone (and the libraries it links),
+# not the tests, benchmarks or the Python module.
+run: configure
+	cmake --build $(BUILD) -j $(JOBS) --target xsilo
 	./$(BUILD)/tools/xsilo/xsilo fl run --transport grpc+s3 --tier medium --clients 7 --rounds 3
 
 unit: build

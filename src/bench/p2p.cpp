@@ -153,13 +153,13 @@ const BackendSpec* FindBackend(const std::string& name) {
 
 // The options that put a TLS row on TLS: a self-signed pair for every site
 // address of the environment (made once per environment, in the run's
-// folder), used by the grpc server and clients (mutual TLS) and by the
+// temporary folder), used by the grpc server and clients (mutual TLS) and by the
 // embedded object server, and trusted by every party as its CA.
-Result<std::map<std::string, std::string>> TlsOptionsFor(const std::string& out,
+Result<std::map<std::string, std::string>> TlsOptionsFor(const std::string& base,
                                                          const std::string& env,
                                                          const netem::State& state,
                                                          const std::string& transport) {
-  const std::string dir = out + "/tls-" + env;
+  const std::string dir = base + "/tls-" + env;
   const std::string cert = dir + "/cert.pem", key = dir + "/key.pem";
   if (!fs::exists(cert)) {
     std::error_code ec;
@@ -454,7 +454,7 @@ int RunP2p(P2pOptions a) {
           spec.transport = b.transport;
           spec.options = b.options;
           if (b.tls) {
-            auto tls = TlsOptionsFor(a.out, env, state, b.transport);
+            auto tls = TlsOptionsFor(tmpdir, env, state, b.transport);
             if (!tls.ok()) {
               std::cerr << "xsilo bench p2p: " << bname << ": " << tls.status().ToString() << "\n";
               return 1;
