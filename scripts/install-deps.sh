@@ -41,6 +41,9 @@ PACKAGES=(
   # C extension), cloudpickle for lambdas and local classes, stream brokers
   # (redis-py, pyzmq); pydantic runs ProxyStore 0.6.5 in bench/proxystore_compare.py
   python3-lazy-object-proxy python3-cloudpickle python3-redis python3-zmq python3-pydantic
+  # a one-node Ceph cluster with a RADOS Gateway (scripts/ceph-rgw.sh), the
+  # real S3 engine the tests in tests/ceph/ run against; uuidgen for its fsid
+  ceph-mon ceph-mgr ceph-osd radosgw ceph-common uuid-runtime
 )
 # Debian's npm, unless an npm is already there (NodeSource's nodejs bundles
 # one and conflicts with Debian's npm package).
