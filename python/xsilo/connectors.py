@@ -78,6 +78,7 @@ class NativeConnector(Connector):
 
     @property
     def options(self):
+        """The engine connector's options (docs/store.md)."""
         return dict(self._options)
 
     def _native(self):
@@ -153,18 +154,33 @@ class FileConnector(NativeConnector):
 
 
 class RedisConnector(NativeConnector):
-    """Objects in a Redis server (hiredis, split into parts below 512 MB)."""
+    """Objects in a Redis server, in the engine's layout (split into parts
+    below Redis's 512 MB limit; keys interchangeable with the engine's).
+
+    wire: the Store reads and writes through xsilo._redis_wire (one
+    pipelined round trip per put and get, payloads from and into the
+    objects' memory) instead of the engine's hiredis path; both speak the
+    same layout. The protocol methods here use the engine.
+    """
 
     type = "redis"
 
     def __init__(self, hostname="127.0.0.1", port=6379, clear=False, prefix=None, password=None,
-                 **options):
+                 wire=True, **options):
         super().__init__(host=hostname, port=port, prefix=prefix, password=password, **options)
+        self.wire = wire
+
+    def config(self):
+        c = dict(self._options)
+        if not self.wire:
+            c["wire"] = "0"
+        return c
 
     @classmethod
     def from_config(cls, config):
         c = dict(config)
-        return cls(c.pop("host", "127.0.0.1"), int(c.pop("port", 6379)), **c)
+        wire = c.pop("wire", "1") != "0"
+        return cls(c.pop("host", "127.0.0.1"), int(c.pop("port", 6379)), wire=wire, **c)
 
 
 class S3Connector(NativeConnector):

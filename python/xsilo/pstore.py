@@ -28,7 +28,8 @@ import uuid
 from collections import OrderedDict
 
 from . import serialize as _ser
-from .connectors import NativeConnector, make_native_store
+from ._redis_wire import RedisWire
+from .connectors import NativeConnector, RedisConnector, make_native_store
 from .proxy import Factory, Proxy, ProxyLocker, is_proxy
 
 
@@ -191,8 +192,11 @@ class Store:
         self._cache_lock = threading.Lock()
         self._closed = False
         self._native = None
-        if isinstance(connector, NativeConnector):
-            self._native = make_native_store(name, connector.type, connector.config(), 0)
+        self._wire = None
+        if isinstance(connector, RedisConnector) and connector.wire:
+            self._wire = RedisWire(connector.options)
+        elif isinstance(connector, NativeConnector):
+            self._native = make_native_store(name, connector.type, connector.options, 0)
         if register:
             register_store(self)
 
@@ -223,10 +227,14 @@ class Store:
         serializer = serializer or self.serializer
         if serializer is not None:
             data = serializer(obj)
+            if self._wire is not None:
+                return self._wire.put([data])
             if self._native is not None:
                 return self._native.put_bytes(memoryview(data))
             return self.connector.put(data)
         stream, buffers = _ser.dumps(obj)
+        if self._wire is not None:
+            return self._wire.put(_ser.pack_segments(stream, buffers))
         if self._native is not None:
             if not buffers:  # one small part: a packed bytes object
                 return self._native.put_bytes(memoryview(_ser.pack(stream, ())))
@@ -235,6 +243,13 @@ class Store:
 
     def _get_one(self, key, deserializer):
         deserializer = deserializer or self.deserializer
+        if self._wire is not None:
+            data = self._wire.get(key)
+            if data is None:
+                return _MISSING
+            if deserializer is not None:
+                return deserializer(data.tobytes())
+            return _ser.loads(*_ser.unparts(data))
         if self._native is not None:
             if deserializer is not None:
                 t = self._native.get_bytes(key)
@@ -284,6 +299,8 @@ class Store:
     def exists(self, key):
         self._check()
         with self._timer("exists"):
+            if self._wire is not None:
+                return self._wire.exists(key)
             if self._native is not None:
                 return self._native.exists(key)
             return self.connector.exists(key)
@@ -294,7 +311,9 @@ class Store:
         with self._cache_lock:
             self._cache.pop(key, None)
         with self._timer("evict"):
-            if self._native is not None:
+            if self._wire is not None:
+                self._wire.evict(key)
+            elif self._native is not None:
                 self._native.evict(key)
             else:
                 self.connector.evict(key)
@@ -336,7 +355,7 @@ class Store:
         Needs a connector with deferred keys (new_key / set), e.g. a
         connector written in Python such as LocalConnector."""
         self._check()
-        if self._native is not None:
+        if self._native is not None or self._wire is not None:
             raise NotImplementedError(
                 "store.future() needs deferred keys, which the Python bindings of the "
                 "native connectors do not expose yet; use a connector with new_key/set")
@@ -357,6 +376,8 @@ class Store:
                 del _registry[self.name]
         if self._native is not None:
             self._native.close()
+        if self._wire is not None:
+            self._wire.close()
         self.connector.close()
 
     def __enter__(self):

@@ -190,6 +190,22 @@ def pack(stream, buffers):
     return b"".join(out)
 
 
+def pack_segments(stream, buffers):
+    """pack()'s bytes as a list of segments (no concatenation of the parts)."""
+    parts = [stream] + list(buffers)
+    lengths = [memoryview(p).nbytes for p in parts]
+    header = _MAGIC + struct.pack(f"<I{len(parts)}Q", len(parts), *lengths)
+    out = [header]
+    pos = len(header)
+    for p, n in zip(parts, lengths):
+        pad = -pos % _ALIGN
+        if pad:
+            out.append(bytes(pad))
+        out.append(p)
+        pos += pad + n
+    return out
+
+
 def unpack(data):
     """(stream, [buffers]) of pack()'s output, as views of data."""
     mv = memoryview(data).cast("B")

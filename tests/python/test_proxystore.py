@@ -369,3 +369,28 @@ def test_the_existing_store_api_is_unchanged(tmp_path):
         assert bytes(p.resolve()) == b"bytes"
     finally:
         s.close()
+
+
+@pytest.mark.parametrize("part_bytes", [None, 1000])
+def test_redis_store_and_engine_share_one_layout(redis_port, part_bytes):
+    """The Store's Redis path (xsilo._redis_wire) and the engine's redis
+    connector read each other's objects, in one part or many."""
+    kw = {} if part_bytes is None else {"part_bytes": part_bytes}
+    s = ps.Store(f"wire-{part_bytes}", ps.RedisConnector("127.0.0.1", redis_port, **kw))
+    try:
+        a = numpy.arange(100000.0)
+        k = s.put({"a": a, "b": b"x" * 200000})
+        got = s.get(k)
+        assert numpy.array_equal(got["a"], a) and got["b"] == b"x" * 200000
+        assert got["a"].flags.writeable  # read into a buffer of its own
+        assert ps.deserialize(s.connector.get(k))["b"] == b"x" * 200000  # the engine reads it
+        k2 = s.connector.put(ps.serialize([1, a]))  # the engine writes
+        assert numpy.array_equal(s.get(k2)[1], a)
+        s.evict(k)
+        assert not s.exists(k) and s.get(k) is None and s.connector.get(k) is None
+        assert s.get(s.put(b"tiny")) == b"tiny"
+        engine_only = ps.Store(f"engine-{part_bytes}",
+                               ps.RedisConnector("127.0.0.1", redis_port, wire=False, **kw))
+        assert engine_only._wire is None and numpy.array_equal(engine_only.get(k2)[1], a)
+    finally:
+        s.close()

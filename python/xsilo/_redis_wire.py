@@ -1,0 +1,285 @@
+"""The engine's Redis object layout, spoken from Python (the Store's Redis path).
+
+Layout (src/store/redis/redis_connector.cpp): an object of N bytes is
+stored as parts "<prefix>:<id>:<i>" of at most part_bytes each, then a
+commit record "<prefix>:<id>" = "<N> <parts>" is written last; the key is
+the engine's JSON {"c":"redis","id":...,"size":N}. Objects written here are
+read by the engine's redis connector and the other way round.
+
+Why not through the engine: its hiredis path makes two round trips per put
+and per get, formats each command with its payload into one buffer (a
+copy) and copies each reply into a new Buffer, which made it slower than
+redis-py (docs/python.md). Here a put is one pipelined round trip whose
+payload goes from the object's own memory to the socket, and a get is one
+round trip (commit record and first part together) whose reply is read
+straight into the destination buffer.
+"""
+
+import json
+import os
+import socket
+import threading
+import uuid
+
+
+class RedisWireError(RuntimeError):
+    pass
+
+
+_CRLF = b"\r\n"
+_INLINE = 1 << 16  # arguments up to this size are copied into the command buffer
+
+
+class _Conn:
+    def __init__(self, host, port, password, timeout):
+        self.sock = socket.create_connection((host, port), timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = bytearray()
+        self.pos = 0
+        if password:
+            self.send([[b"AUTH", password.encode()]])
+            self.reply()
+
+    def close(self):
+        self.sock.close()
+
+    def send(self, commands):
+        small = bytearray()
+        for args in commands:
+            small += b"*%d\r\n" % len(args)
+            for a in args:
+                mv = memoryview(a).cast("B") if not isinstance(a, bytes) else a
+                n = len(mv)
+                small += b"$%d\r\n" % n
+                if n > _INLINE:
+                    self.sock.sendall(small)
+                    self.sock.sendall(mv)
+                    small = bytearray(_CRLF)
+                else:
+                    small += mv
+                    small += _CRLF
+        if small:
+            self.sock.sendall(small)
+
+    def _fill(self):
+        if self.pos and self.pos == len(self.buf):
+            self.buf.clear()
+            self.pos = 0
+        chunk = self.sock.recv(1 << 16)
+        if not chunk:
+            raise ConnectionError("redis closed the connection")
+        self.buf += chunk
+
+    def _line(self):
+        while True:
+            i = self.buf.find(_CRLF, self.pos)
+            if i >= 0:
+                line = bytes(self.buf[self.pos:i])
+                self.pos = i + 2
+                return line
+            self._fill()
+
+    def _read_into(self, mv):
+        n = min(len(self.buf) - self.pos, len(mv))
+        mv[:n] = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        while n < len(mv):
+            r = self.sock.recv_into(mv[n:])
+            if r == 0:
+                raise ConnectionError("redis closed the connection")
+            n += r
+
+    def reply(self, into=None):
+        """One reply. A bulk string goes into into(n) (a writable buffer of n
+        bytes) when given, else into a new bytes object."""
+        line = self._line()
+        t, rest = line[:1], line[1:]
+        if t == b"+":
+            return rest
+        if t == b"-":
+            raise RedisWireError(rest.decode(errors="replace"))
+        if t == b":":
+            return int(rest)
+        if t == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            if into is None:
+                while len(self.buf) - self.pos < n + 2:
+                    self._fill()
+                out = bytes(self.buf[self.pos:self.pos + n])
+                self.pos += n + 2
+                return out
+            dest = into(n)
+            self._read_into(memoryview(dest).cast("B")[:n])
+            crlf = bytearray(2)
+            self._read_into(memoryview(crlf))
+            return dest
+        raise RedisWireError(f"unexpected redis reply {line[:40]!r}")
+
+
+def _empty(n):
+    import numpy
+
+    return numpy.empty(n, dtype=numpy.uint8)
+
+
+class RedisWire:
+    """Puts, gets, exists and evicts in the engine's Redis layout."""
+
+    def __init__(self, options):
+        self.host = options.get("host", "127.0.0.1")
+        self.port = int(options.get("port", 6379))
+        self.password = options.get("password") or None
+        self.prefix = options.get("prefix", "xsilo")
+        self.part_bytes = int(options.get("part_bytes", 256 << 20))
+        self.timeout = int(options.get("timeout_ms", 30000)) / 1000
+        self._idle = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _acquire(self):
+        with self._lock:
+            if self._pid != os.getpid():  # forked: the parent's sockets are not ours
+                self._idle, self._pid = [], os.getpid()
+            if self._idle:
+                return self._idle.pop()
+        return _Conn(self.host, self.port, self.password, self.timeout)
+
+    def _release(self, c):
+        with self._lock:
+            if self._pid == os.getpid() and len(self._idle) < 8:
+                self._idle.append(c)
+                return
+        c.close()
+
+    def _run(self, fn):
+        c = self._acquire()
+        try:
+            out = fn(c)
+        except BaseException:
+            c.close()
+            raise
+        self._release(c)
+        return out
+
+    def close(self):
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for c in idle:
+            c.close()
+
+    def _meta(self, id_):
+        return f"{self.prefix}:{id_}".encode()
+
+    def _part(self, id_, i):
+        return f"{self.prefix}:{id_}:{i}".encode()
+
+    @staticmethod
+    def _id(key):
+        k = json.loads(key)
+        if k.get("c") != "redis" or not isinstance(k.get("id"), str):
+            raise ValueError(f"not a redis key: {key!r}")
+        return k["id"]
+
+    def put(self, segments):
+        """Stores the concatenation of segments (buffers); returns the key."""
+        segs = [memoryview(s).cast("B") for s in segments]
+        size = sum(len(s) for s in segs)
+        id_ = uuid.uuid4().hex
+        parts = (size + self.part_bytes - 1) // self.part_bytes
+        commands = []
+        seg, off = 0, 0
+        for i in range(parts):
+            remaining = min(self.part_bytes, size - i * self.part_bytes)
+            first = True
+            while remaining > 0:
+                while len(segs[seg]) == off:
+                    seg, off = seg + 1, 0
+                n = min(remaining, len(segs[seg]) - off)
+                commands.append([b"SET" if first else b"APPEND", self._part(id_, i),
+                                 segs[seg][off:off + n]])
+                off += n
+                remaining -= n
+                first = False
+        commands.append([b"SET", self._meta(id_), f"{size} {parts}".encode()])
+
+        def go(c):
+            c.send(commands)
+            for _ in commands:
+                c.reply()
+
+        self._run(go)
+        return json.dumps({"c": "redis", "id": id_, "size": size}, separators=(",", ":"))
+
+    def get(self, key):
+        """The object's bytes (a writable numpy uint8 array), or None."""
+        k = json.loads(key)
+        if k.get("c") != "redis" or not isinstance(k.get("id"), str):
+            raise ValueError(f"not a redis key: {key!r}")
+        id_, size = k["id"], int(k.get("size", 0))
+        out = _empty(size)  # the whole object, read in place part by part
+
+        def into(pos):
+            def f(n):
+                if pos + n > size:
+                    raise RedisWireError(f"redis object {id_} is malformed")
+                got[0] = n
+                return memoryview(out)[pos:pos + n]
+            return f
+
+        got = [0]
+
+        def go(c):
+            c.send([[b"GET", self._meta(id_)], [b"GET", self._part(id_, 0)]])
+            meta = c.reply()
+            first = c.reply(into=into(0))
+            if meta is None:
+                return None
+            total, parts = (int(x) for x in meta.split())
+            if total != size:
+                raise RedisWireError(f"redis object {id_}: {total} bytes, its key says {size}")
+            if parts == 0:
+                return out
+            if first is None:
+                return None
+            pos = got[0]
+            if parts > 1:
+                c.send([[b"GET", self._part(id_, i)] for i in range(1, parts)])
+                missing = False
+                for _ in range(1, parts):
+                    if c.reply(into=into(pos)) is None:
+                        missing = True
+                    else:
+                        pos += got[0]
+                if missing:
+                    return None
+            if pos != size:
+                raise RedisWireError(f"redis object {id_} has {pos} of {size} bytes")
+            return out
+
+        return self._run(go)
+
+    def exists(self, key):
+        id_ = self._id(key)
+
+        def go(c):
+            c.send([[b"EXISTS", self._meta(id_)]])
+            return c.reply() == 1
+
+        return self._run(go)
+
+    def evict(self, key):
+        id_ = self._id(key)
+
+        def go(c):
+            c.send([[b"GET", self._meta(id_)]])
+            meta = c.reply()
+            parts = int(meta.split()[1]) if meta else 0
+            cmds = [[b"DEL", self._meta(id_)]] + [[b"DEL", self._part(id_, i)] for i in
+                                                   range(parts)]
+            c.send(cmds)
+            for _ in cmds:
+                c.reply()
+
+        self._run(go)
