@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   xsilo::cli::AddInspectCommand(app);
   xsilo::cli::AddRunCommand(app);
   xsilo::cli::AddS3dCommand(app);
+  xsilo::cli::AddTlsCommand(app);
   xsilo::cli::AddNetemCommand(app);
   xsilo::cli::AddFlCommand(app);
   xsilo::cli::AddBenchCommand(app);
