@@ -21,7 +21,9 @@ store of its name, or builds one from the config it carries.
 
 import atexit
 import importlib
+import json
 import os
+import re
 import threading
 import time
 import uuid
@@ -29,7 +31,7 @@ from collections import OrderedDict
 
 from . import serialize as _ser
 from ._redis_wire import RedisWire
-from .connectors import NativeConnector, RedisConnector, make_native_store
+from .connectors import FileConnector, NativeConnector, RedisConnector, make_native_store
 from .proxy import Factory, Proxy, ProxyLocker, is_proxy
 
 
@@ -149,6 +151,8 @@ class _NoTimer:
 
 
 _NO_TIMER = _NoTimer()
+_SMALL_FILE = 64 << 10
+_FILE_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_-]{0,199}")
 _MISSING = object()
 
 
@@ -193,6 +197,9 @@ class Store:
         self._closed = False
         self._native = None
         self._wire = None
+        self._file_dir = None
+        if isinstance(connector, FileConnector):
+            self._file_dir = connector.options["dir"]
         if isinstance(connector, RedisConnector) and connector.wire:
             self._wire = RedisWire(connector.options)
         elif isinstance(connector, NativeConnector):
@@ -250,6 +257,10 @@ class Store:
             if deserializer is not None:
                 return deserializer(data.tobytes())
             return _ser.loads(*_ser.unparts(data))
+        if self._file_dir is not None and deserializer is None:
+            small = self._read_small_file(key)
+            if small is not None:
+                return small
         if self._native is not None:
             if deserializer is not None:
                 t = self._native.get_bytes(key)
@@ -264,6 +275,25 @@ class Store:
         if deserializer is not None:
             return deserializer(data)
         return _ser.deserialize(data)
+
+    def _read_small_file(self, key):
+        """A small object of the file connector read with one read() (the
+        engine maps every object, which costs more below 64 KiB); None when
+        the key is not a small file key (the engine reads it then)."""
+        try:
+            k = json.loads(key)
+        except ValueError:
+            return None
+        id_ = k.get("id")
+        if (k.get("c") != "file" or not isinstance(id_, str) or not _FILE_ID.fullmatch(id_)
+                or not 0 < k.get("size", 0) <= _SMALL_FILE):
+            return None
+        try:
+            with open(os.path.join(self._file_dir, id_), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return _MISSING
+        return _ser.loads(*_ser.unparts(data))
 
     # the API --------------------------------------------------------------
     def put(self, obj, serializer=None, lifetime=None):

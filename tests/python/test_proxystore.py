@@ -202,6 +202,10 @@ def test_store_api(store):
     rebuilt = ps.Store.from_config(store.config())
     assert rebuilt.get(k) == {"x": 1}
     assert ps.get_store(store.name) is store
+    engine_written = store.connector.put(ps.serialize({"small": 1}))  # read back by one read()
+    assert store.get(engine_written) == {"small": 1}
+    store.evict(engine_written)
+    assert store.get(engine_written, default="gone") == "gone"
     custom = store.put({"y": 2}, serializer=lambda o: json.dumps(o).encode())
     assert store.get(custom, deserializer=json.loads) == {"y": 2}
 
