@@ -14,8 +14,9 @@ of its repetitions; the systems alternate within every cell.
 ProxyStore runs from its own source (not part of xsilo), with Debian's
 pydantic, cloudpickle, lazy-object-proxy and redis packages:
 
-    G=$(fetch github:proxystore/proxystore)   # a mirror of the repository
-    mkdir -p /tmp/proxystore-0.6.5 && git --git-dir=$G archive v0.6.5 | tar -x -C /tmp/proxystore-0.6.5
+    git clone --bare https://github.com/proxystore/proxystore /tmp/proxystore.git  # or any mirror
+    mkdir -p /tmp/proxystore-0.6.5
+    git --git-dir=/tmp/proxystore.git archive v0.6.5 | tar -x -C /tmp/proxystore-0.6.5
     PYTHONPATH=build/python /usr/bin/python3 bench/proxystore_compare.py --proxystore /tmp/proxystore-0.6.5
 
 (the script writes the dist-info stub ProxyStore's __init__ asks
