@@ -243,6 +243,8 @@ export AWS_SECRET_ACCESS_KEY=$SECRET_KEY
 export AWS_DEFAULT_REGION=us-east-1
 export AWS_ENDPOINT_URL=http://127.0.0.1:$rgw_port
 export CEPH_CONF=$CONF
+export XSILO_RGW_LOG=$STATE/log/client.rgw.a.log
+export XSILO_RGW_ADMIN_SOCKET=$STATE/run/client.rgw.a.asok
 EOF
   local ms=$((($(date +%s%N) - start_ns) / 1000000))
   echo "$ms" >"$STATE/up_ms"

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <future>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
@@ -48,6 +49,13 @@ struct FlRunArgs {
   double beta = 1.0;
   std::string json_path;
   bool quiet = false;
+  // An external S3 service for a hybrid '<transport>+s3' (instead of the
+  // embedded object server): only the server holds its credentials.
+  std::string store_url;
+  std::string store_bucket = "xsilo-fl";
+  std::string store_region;
+  std::string store_access_key;  // "" = AWS_ACCESS_KEY_ID, then ~/.aws/credentials
+  std::string store_secret_key;
 };
 
 struct FlFileArgs {
@@ -161,6 +169,42 @@ Result<std::unique_ptr<Trainer>> MakeClientTrainer(const JobConfig& job, const M
   return MakeMlpTrainer(m, std::move(shard));
 }
 
+// --store-url and its companions as the server's backend options: the
+// hybrid's s3 connector on that endpoint with the given (or the default
+// chain's) credentials, and upload grants, so that the clients, which get
+// none of these, fetch by presigned GET and upload by presigned part URLs.
+Result<std::map<std::string, std::string>> ExternalStoreOptions(const FlRunArgs& a) {
+  std::map<std::string, std::string> out;
+  if (a.store_url.empty()) return out;
+  const std::string& t = a.transport;
+  if (t.size() < 3 || t.compare(t.size() - 3, 3, "+s3") != 0) {
+    return InvalidArgument("--store-url needs a '<transport>+s3' transport, not '" + t + "'");
+  }
+  if (a.store_url.rfind("http://", 0) != 0 && a.store_url.rfind("https://", 0) != 0) {
+    return InvalidArgument("--store-url must be an http:// or https:// URL, not '" + a.store_url +
+                           "'");
+  }
+  for (const auto& kv : a.backend) {
+    if (kv.rfind("store.endpoint=", 0) == 0 || kv.rfind("store.embedded=", 0) == 0) {
+      return InvalidArgument("--store-url and --backend " + kv.substr(0, kv.find('=')) +
+                             " both say where the store is");
+    }
+  }
+  std::string ak = a.store_access_key, sk = a.store_secret_key;
+  if (ak.empty() != sk.empty()) {
+    return InvalidArgument("--store-access-key and --store-secret-key go together");
+  }
+  out["store.endpoint"] = a.store_url;
+  out["store.bucket"] = a.store_bucket;
+  if (!a.store_region.empty()) out["store.region"] = a.store_region;
+  if (!ak.empty()) {
+    out["store.access_key"] = ak;
+    out["store.secret_key"] = sk;
+  }
+  out["grants"] = "1";
+  return out;
+}
+
 int RunInProcess(const FlRunArgs& a) {
   JobConfig job;
   job.transport = a.transport;
@@ -194,12 +238,15 @@ int RunInProcess(const FlRunArgs& a) {
   if (address.empty()) {
     address = a.transport == "inproc" ? "xsilo-fl-run" : "127.0.0.1:" + std::to_string(FreePort());
   }
+  auto external = ExternalStoreOptions(a);
+  if (!external.ok()) return Fail("run", external.status());
   std::vector<std::unique_ptr<Transport>> parties;
   for (int r = 0; r < world; ++r) {
     TransportOptions o;
     o.rank = r;
     o.world_size = world;
     o.address = address;
+    if (r == 0) o.backend = *external;
     for (const auto& kv : a.backend) {
       auto eq = kv.find('=');
       if (eq == std::string::npos) {
@@ -412,6 +459,18 @@ void AddFlCommand(CLI::App& app) {
       ->capture_default_str();
   r->add_option("--json", run.json_path, "write the rounds and the per-state table as JSON here");
   r->add_flag("--quiet", run.quiet, "no progress line on stderr");
+  r->add_option("--store-url", run.store_url,
+                "external S3 endpoint (AWS S3, MinIO, Ceph RGW) for a '<transport>+s3' "
+                "transport instead of the embedded object server; only the server holds its "
+                "credentials, clients use presigned URLs");
+  r->add_option("--store-bucket", run.store_bucket, "bucket on --store-url (created if missing)")
+      ->capture_default_str();
+  r->add_option("--store-region", run.store_region, "region of --store-url (default us-east-1)");
+  r->add_option("--store-access-key", run.store_access_key,
+                "access key for --store-url (default: AWS_ACCESS_KEY_ID, then ~/.aws/credentials)");
+  r->add_option("--store-secret-key", run.store_secret_key,
+                "secret key for --store-url (default: AWS_SECRET_ACCESS_KEY, then "
+                "~/.aws/credentials)");
   r->callback([] {
     // Epochs alone replace the default steps.
     if (run.local_epochs > 0 && steps->count() == 0) run.local_steps = 0;
