@@ -1,5 +1,7 @@
 #include "xsilo/store/connector.h"
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -117,8 +119,14 @@ Status Connector::EvictBatch(const std::vector<Key>& keys) {
 }
 
 std::string RandomObjectId() {
-  thread_local std::mt19937_64 rng{std::random_device{}() ^
-                                   (static_cast<uint64_t>(std::random_device{}()) << 32)};
+  // Reseeded in a forked child (a process pool's worker forked from a
+  // thread that made ids already would otherwise repeat its parent's ids).
+  thread_local std::mt19937_64 rng;
+  thread_local pid_t seeded_in = 0;
+  if (seeded_in != ::getpid()) {
+    rng.seed(std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32));
+    seeded_in = ::getpid();
+  }
   static const char* hex = "0123456789abcdef";
   std::string id(32, '0');
   uint64_t a = rng(), b = rng();

@@ -1,3 +1,4 @@
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -139,6 +140,29 @@ XSILO_CONNECTOR_CONFORMANCE(S3rver, {.name = "s3rver",
 
 namespace xsilo {
 namespace {
+
+// A child forked from a thread that made ids already makes other ids than
+// its parent (process pools fork workers from such threads; repeated ids
+// made their objects overwrite and evict each other's).
+TEST(RandomObjectId, AForkedChildDoesNotRepeatItsParent) {
+  (void)RandomObjectId();  // this thread's generator is seeded
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string id = RandomObjectId();
+    _exit(::write(fds[1], id.data(), id.size()) == static_cast<ssize_t>(id.size()) ? 0 : 1);
+  }
+  ::close(fds[1]);
+  const std::string parent = RandomObjectId();
+  char buf[32];
+  ASSERT_EQ(::read(fds[0], buf, sizeof(buf)), 32);
+  ::close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_NE(std::string(buf, 32), parent);
+}
 
 TEST(ConnectorRegistry, UnknownTypeAndBadOptions) {
   EXPECT_EQ(MakeConnector({"tape", {}}).status().code(), StatusCode::kNotFound);
