@@ -21,6 +21,10 @@ PACKAGES=(
   libcurl4-openssl-dev libssl-dev zlib1g-dev curl
   # s3 interop tests: boto3 against the embedded server and s3rver, run by pytest from ctest
   python3-boto3 python3-pytest
+  # S3 clients people already have, run against `xsilo s3d` by tests/s3/clients/:
+  # the AWS CLI v2 (brings python3-awscrt, botocore's CRT signer: the boto3
+  # tests run with and without it), s3cmd, rclone
+  awscli s3cmd rclone
   # mpi-generic / mpi-buffer transports (Open MPI)
   libopenmpi-dev openmpi-bin
   # tensorpipe transport (optional: without it the backend is not built)

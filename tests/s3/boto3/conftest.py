@@ -11,19 +11,44 @@ Tests of behaviour s3rver does not implement carry
 (XSILO_S3RVER_RUN_ALL=1 runs them anyway).
 The server is started once per run and must still be running at the end:
 a crash fails the run.
+
+Signer: botocore signs with the AWS CRT (botocore.crt.auth) when
+python3-awscrt is installed (the AWS CLI package brings it), else with its
+own Python signer (botocore.auth). XSILO_BOTO3_SIGNER picks one, so that
+ctest runs every file both ways (`.crt` and `.nocrt`):
+  nocrt  awscrt is blocked before botocore is imported (as if not installed);
+  crt    the CRT signer; without python3-awscrt the run exits with status 77
+         (ctest: skipped) before collecting anything;
+  unset  whatever botocore picks.
+Every test checks that the signer in use is the one asked for.
 """
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 
-import boto3
-import pytest
-from botocore.config import Config
+SIGNER = os.environ.get("XSILO_BOTO3_SIGNER", "")
+if SIGNER not in ("", "crt", "nocrt"):
+    raise RuntimeError("XSILO_BOTO3_SIGNER must be crt, nocrt or unset, not %r" % SIGNER)
+if SIGNER and "botocore" in sys.modules:
+    raise RuntimeError("botocore was imported before tests/s3/boto3/conftest.py: "
+                       "XSILO_BOTO3_SIGNER cannot choose its signer")
+if SIGNER == "nocrt":
+    sys.modules["awscrt"] = None  # `import awscrt` raises ImportError: botocore's HAS_CRT is False
+elif SIGNER == "crt":
+    os.environ.pop("BOTO_DISABLE_CRT", None)  # botocore's own opt-out would silently undo it
+
+import boto3  # noqa: E402
+import botocore.auth  # noqa: E402
+import pytest  # noqa: E402
+from botocore.config import Config  # noqa: E402
+
+SKIP_EXIT_STATUS = 77  # SKIP_RETURN_CODE of the ctest registrations
 
 BACKENDS = ("xsilo-memory", "xsilo-dir", "s3rver")
 XSILO_KEYS = ("boto3-ak", "boto3-sk")
@@ -38,9 +63,39 @@ def pytest_addoption(parser):
                      help="the s3rver executable (node_modules/.bin/s3rver)")
 
 
+def signer_module():
+    """The module of the signer botocore uses for SigV4 on S3 (headers and
+    presigned URLs must agree)."""
+    header = botocore.auth.AUTH_TYPE_MAPS["s3v4"].__module__
+    query = botocore.auth.AUTH_TYPE_MAPS["s3v4-query"].__module__
+    assert header == query, (header, query)
+    return header
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "s3rver_lacks(reason): s3rver does not implement this; skipped against it")
+    if SIGNER == "crt" and signer_module() != "botocore.crt.auth":
+        try:
+            import awscrt.auth  # noqa: F401
+        except ImportError:
+            pytest.exit("XSILO_BOTO3_SIGNER=crt but python3-awscrt is not installed "
+                        "(the .nocrt variant runs the same tests)", returncode=SKIP_EXIT_STATUS)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def requested_signer(s3):
+    """Fails every test when the client signs with another signer than the
+    one XSILO_BOTO3_SIGNER asked for (the signers the client's RequestSigner
+    builds for a request and for a presigned URL)."""
+    used = {type(s3._request_signer.get_auth_instance("s3", "us-east-1", version)).__module__
+            for version in ("s3v4", "s3v4-query")}
+    assert used == {signer_module()}, used
+    expected = {"crt": "botocore.crt.auth", "nocrt": "botocore.auth"}.get(SIGNER)
+    if expected:
+        assert used == {expected}, "XSILO_BOTO3_SIGNER=%s but botocore signs with %s" % (
+            SIGNER, ", ".join(sorted(used)))
+    return signer_module()
 
 
 def pytest_collection_modifyitems(config, items):
