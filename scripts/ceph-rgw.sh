@@ -39,6 +39,10 @@ die() {
     echo "---- last lines of $f ----" >&2
     tail -n 25 "$f" >&2
   done
+  if [ "${UP_STARTED:-0}" = 1 ]; then
+    stop_daemons
+    log "stopped the daemons it had started; logs kept in $STATE/log ('down' removes them)"
+  fi
   exit 1
 }
 
@@ -192,6 +196,7 @@ up() {
   fi
   local start_ns
   start_ns="$(date +%s%N)"
+  UP_STARTED=1
   mkdir -p "$STATE"/{run,log,crash,mon/ceph-a,mgr/ceph-x,osd/0,rgw}
   local mon_port="${XSILO_CEPH_MON_PORT:-$(free_port)}"
   local rgw_port="${XSILO_CEPH_RGW_PORT:-$(free_port)}"
@@ -246,12 +251,13 @@ export CEPH_CONF=$CONF
 export XSILO_RGW_LOG=$STATE/log/client.rgw.a.log
 export XSILO_RGW_ADMIN_SOCKET=$STATE/run/client.rgw.a.asok
 EOF
+  UP_STARTED=0
   local ms=$((($(date +%s%N) - start_ns) / 1000000))
   echo "$ms" >"$STATE/up_ms"
   log "up in $((ms / 1000)).$(printf '%03d' $((ms % 1000))) s: http://127.0.0.1:$rgw_port ($STATE)"
 }
 
-down() {
+stop_daemons() {
   local pids=() p
   for d in "${DAEMONS[@]}"; do
     if p="$(pid_of "$d")"; then
@@ -272,6 +278,11 @@ down() {
       fi
     done
   done
+}
+
+down() {
+  UP_STARTED=0
+  stop_daemons
   if [ -e "$STATE" ]; then
     case "$STATE" in
       / | /tmp | /tmp/ | "$HOME") die "refusing to remove $STATE" ;;
