@@ -128,7 +128,7 @@ def run(args, env, cwd=None, timeout=900, check=True):
     try:
         r = subprocess.run([str(a) for a in args], env=env, cwd=cwd, capture_output=True,
                            timeout=timeout)
-    except subprocess.TimeoutExpired as e:
+    except subprocess.TimeoutExpired:
         pytest.fail("%s timed out after %d s" % (" ".join(map(str, args)), timeout))
     r.out = r.stdout.decode(errors="replace")
     r.err = r.stderr.decode(errors="replace")
