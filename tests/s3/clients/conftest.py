@@ -122,12 +122,12 @@ def clean_env(home, **extra):
     return env
 
 
-def run(args, env, cwd=None, timeout=900, check=True):
+def run(args, env, cwd=None, timeout=900, check=True, input=None):
     """Runs a client; a failure shows its output. Timeouts are generous:
     nothing here depends on the machine's speed."""
     try:
         r = subprocess.run([str(a) for a in args], env=env, cwd=cwd, capture_output=True,
-                           timeout=timeout)
+                           timeout=timeout, input=input)
     except subprocess.TimeoutExpired:
         pytest.fail("%s timed out after %d s" % (" ".join(map(str, args)), timeout))
     r.out = r.stdout.decode(errors="replace")

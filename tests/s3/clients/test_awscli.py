@@ -40,6 +40,8 @@ def aws(request, s3d, home):
         return json.loads(r.out) if r.out.strip() else {}
 
     call.api = api
+    call.env = env
+    call.exe = exe
     return call
 
 
@@ -230,3 +232,33 @@ def test_delete(aws, bucket, tmp_path):
     assert aws("s3", "ls", "--recursive", "s3://%s/" % bucket, check=False).out.strip() == ""
     aws("s3", "rb", "s3://%s" % bucket)
     assert bucket not in aws("s3", "ls").out
+
+
+SPECIAL_KEY = "dir with space/ünï+cødé&=?#%~.txt"
+
+
+def test_special_characters_in_keys(aws, bucket, tmp_path):
+    src = tmp_path / "w"
+    src.write_bytes(b"a key that needs escaping")
+    aws("s3", "cp", src, "s3://%s/%s" % (bucket, SPECIAL_KEY))
+    keys = [o["Key"] for o in aws.api("list-objects-v2", "--bucket", bucket)["Contents"]]
+    assert keys == [SPECIAL_KEY]
+    assert etag(aws, bucket, SPECIAL_KEY) == file_md5(src)
+    back = tmp_path / "w.back"
+    aws("s3", "cp", "s3://%s/%s" % (bucket, SPECIAL_KEY), back)
+    assert same_file(src, back)
+
+
+def test_streaming_upload_from_stdin(aws, s3d, bucket, tmp_path):
+    # `aws s3 cp -` does not know the size: a multipart upload of
+    # multipart_chunksize parts.
+    data = b"".join(bytes([i]) * MiB for i in range(40))
+    r = run([aws.exe, "--endpoint-url", s3d.endpoint, "s3", "cp", "-",
+             "s3://%s/stream" % bucket], aws.env, input=data)
+    assert r.returncode == 0
+    src = tmp_path / "stream"
+    src.write_bytes(data)
+    assert etag(aws, bucket, "stream") == multipart_etag(src, PART)
+    back = tmp_path / "stream.back"
+    aws("s3", "cp", "s3://%s/stream" % bucket, back)
+    assert same_file(src, back)

@@ -38,6 +38,10 @@ def rclone(request, s3d, home):
             assert "hash differ" not in r.err and "corrupted" not in r.err, r.err
         return r
 
+    def run_input(*args, input):
+        return run([exe, "--retries", "1", "--low-level-retries", "1", *args], env, input=input)
+
+    call.run_input = run_input
     return call
 
 
@@ -164,3 +168,30 @@ def test_delete(rclone, bucket, tmp_path):
     assert r.returncode != 0 and "BucketNotEmpty" in r.err, r.err
     rclone("purge", "xs:%s" % bucket)
     assert bucket not in rclone("lsd", "xs:").out
+
+
+SPECIAL_KEY = "dir with space/ünï+cødé&=?#%~.txt"
+
+
+def test_special_characters_in_keys(rclone, bucket, tmp_path):
+    src = tmp_path / "w"
+    src.write_bytes(b"a key that needs escaping")
+    rclone("copyto", src, "xs:%s/%s" % (bucket, SPECIAL_KEY))
+    assert rclone("lsf", "-R", "--files-only", "xs:%s" % bucket).out.splitlines() == [SPECIAL_KEY]
+    assert md5sum(rclone, "xs:%s/%s" % (bucket, SPECIAL_KEY)) == file_md5(src)
+    assert rclone("cat", "xs:%s/%s" % (bucket, SPECIAL_KEY)).stdout == src.read_bytes()
+
+
+def test_streaming_upload_with_rcat(rclone, bucket, tmp_path):
+    # rcat does not know the size: a multipart upload of chunk_size parts and
+    # no MD5 in the metadata, so check compares the bytes (--download).
+    data = os.urandom(23 * MiB + 7)
+    rclone.run_input("rcat", "--streaming-upload-cutoff", "1M", "xs:%s/d/stream" % bucket,
+                     input=data)
+    src = tmp_path / "d"
+    src.mkdir()
+    (src / "stream").write_bytes(data)
+    head = rclone("lsf", "xs:%s/d/stream" % bucket, "-vv", "--dump", "headers")
+    assert multipart_etag(src / "stream", CHUNK) in head.err
+    r = rclone("check", "--download", src, "xs:%s/d" % bucket)
+    assert "0 differences found" in r.err and "1 matching files" in r.err, r.err

@@ -171,3 +171,19 @@ def test_delete(s3cmd, bucket, tmp_path):
     assert s3cmd("ls", "-r", "s3://%s/" % bucket).out.strip() == ""
     s3cmd("rb", "s3://%s" % bucket)
     assert "s3://%s" % bucket not in s3cmd("ls").out
+
+
+SPECIAL_KEY = "dir with space/ünï+cødé&=?#%~.txt"
+
+
+def test_special_characters_in_keys(s3cmd, bucket, tmp_path):
+    src = tmp_path / "w"
+    src.write_bytes(b"a key that needs escaping")
+    s3cmd("put", src, "s3://%s/%s" % (bucket, SPECIAL_KEY))
+    listed = [line.split("  s3://", 1)[1] for line in
+              s3cmd("ls", "-r", "s3://%s/" % bucket).out.splitlines()]
+    assert listed == ["%s/%s" % (bucket, SPECIAL_KEY)]
+    assert info(s3cmd, "s3://%s/%s" % (bucket, SPECIAL_KEY))["MD5 sum"] == file_md5(src)
+    back = tmp_path / "w.back"
+    s3cmd("get", "s3://%s/%s" % (bucket, SPECIAL_KEY), back)
+    assert same_file(src, back)
