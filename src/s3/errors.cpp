@@ -42,6 +42,7 @@ constexpr std::array kErrors = {
     S3ErrorKind{"IncompleteBody", 400, StatusCode::kUnavailable},
     S3ErrorKind{"MissingContentLength", 411, StatusCode::kInvalidArgument},
     S3ErrorKind{"MethodNotAllowed", 405, StatusCode::kInvalidArgument},
+    S3ErrorKind{"CORSResponse", 403, StatusCode::kPermissionDenied},
     S3ErrorKind{"PreconditionFailed", 412, StatusCode::kFailedPrecondition},
     S3ErrorKind{"NotModified", 304, StatusCode::kFailedPrecondition},
     S3ErrorKind{"NotImplemented", 501, StatusCode::kUnimplemented},

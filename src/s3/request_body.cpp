@@ -141,7 +141,8 @@ Result<RequestBody> ReadRequestBody(const HttpRequest& req, BodyReader& reader,
       return Refuse(close, S3Error("InvalidDigest", "The Content-MD5 you specified is not valid."));
     }
   }
-  auto claim = FindChecksumClaim(req, trailer_mode);
+  Result<std::optional<ChecksumClaim>> claim = std::optional<ChecksumClaim>();
+  if (options.header_checksums) claim = FindChecksumClaim(req, trailer_mode);
   if (!claim.ok()) return Refuse(close, claim.status());
 
   // Every hash the body needs, fed in one pass as the bytes arrive (or, for

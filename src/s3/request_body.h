@@ -47,6 +47,10 @@ struct BodyOptions {
   // Compute this checksum when the request sends none (a multipart upload
   // created with x-amz-checksum-algorithm).
   std::optional<ChecksumAlgorithm> checksum_default;
+  // false: x-amz-checksum-* headers describe something else than the body
+  // (CompleteMultipartUpload: the object's composite checksum) and are left
+  // to the caller.
+  bool header_checksums = true;
 };
 
 struct RequestBody {

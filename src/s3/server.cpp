@@ -450,7 +450,7 @@ struct S3Server::Impl {
 
   // Reads and verifies the body (s3/request_body.h); limit in decoded bytes.
   Result<s3::RequestBody> ReadBody(Ctx& c, s3::BodyOptions options);
-  Result<Buffer> ReadXmlBody(Ctx& c);
+  Result<Buffer> ReadXmlBody(Ctx& c, bool header_checksums = true);
   s3::EtagHash etag_hash() const {
     return opts.md5_etags ? s3::EtagHash::kMd5 : s3::EtagHash::kXxh3;
   }
@@ -559,7 +559,26 @@ Status S3Server::Impl::Route(Ctx& c) {
   }
   if (c.key.size() > 1024) return S3Error("KeyTooLongError", "Your key is too long.");
 
-  XSILO_RETURN_IF_ERROR(Authenticate(c));
+  // A CORS preflight is answered before authentication, as S3 does: this
+  // server has no CORS configuration, so a complete one is refused (403)
+  // and one without Origin is malformed (400).
+  if (req.method == "OPTIONS") {
+    if (!req.Header("origin") || !req.Header("access-control-request-method")) {
+      return S3Error("BadRequest", "Insufficient information. Origin request header needed.");
+    }
+    return S3Error("CORSResponse", "CORS is not enabled for this bucket.");
+  }
+  Status auth = Authenticate(c);
+  if (!auth.ok()) {
+    // An unsigned request to a bucket that does not exist learns that it
+    // does not (bucket names are public in S3 too), not AccessDenied.
+    if (S3ErrorCode(auth) == "AccessDenied" && !req.Header("authorization") &&
+        !c.HasQuery("X-Amz-Signature") && !c.bucket.empty() &&
+        S3ErrorCode(store->HeadBucket(c.bucket)) == "NoSuchBucket") {
+      return store->HeadBucket(c.bucket);
+    }
+    return auth;
+  }
 
   const std::string& m = req.method;
   for (std::string_view sub : kUnimplementedSubresources) {
@@ -799,8 +818,9 @@ Result<s3::RequestBody> S3Server::Impl::ReadBody(Ctx& c, s3::BodyOptions options
   return body;
 }
 
-Result<Buffer> S3Server::Impl::ReadXmlBody(Ctx& c) {
-  XSILO_ASSIGN_OR_RETURN(s3::RequestBody body, ReadBody(c, {.limit = kMaxXmlBody}));
+Result<Buffer> S3Server::Impl::ReadXmlBody(Ctx& c, bool header_checksums) {
+  XSILO_ASSIGN_OR_RETURN(s3::RequestBody body,
+                         ReadBody(c, {.limit = kMaxXmlBody, .header_checksums = header_checksums}));
   return std::move(body.bytes);
 }
 
@@ -1086,8 +1106,10 @@ Status S3Server::Impl::GetObject(Ctx& c) {
     r->headers.emplace_back("Content-Range", "bytes " + std::to_string(start) + "-" +
                                                  std::to_string(start + len - 1) + "/" +
                                                  std::to_string(obj.size));
-  } else {
-    // A whole-object checksum describes only the whole object.
+  } else if (const std::string* mode = c.req.Header("x-amz-checksum-mode");
+             mode != nullptr && (*mode == "ENABLED" || *mode == "enabled")) {
+    // Asked for, as S3 wants it; a whole-object checksum describes only
+    // the whole object.
     for (auto& h : ChecksumHeaders(obj.checksum_algorithm, obj.checksum)) {
       r->headers.push_back(std::move(h));
     }
@@ -1314,13 +1336,21 @@ XXH128_hash_t CompletionDigest(const std::string& bucket, const std::string& key
 
 Status S3Server::Impl::CompleteUpload(Ctx& c) {
   const std::string& id = *c.Query("uploadId");
-  XSILO_ASSIGN_OR_RETURN(Buffer body, ReadXmlBody(c));
+  XSILO_ASSIGN_OR_RETURN(Buffer body, ReadXmlBody(c, /*header_checksums=*/false));
   auto parsed = s3::ParseCompleteMultipartUpload(body.view());
   if (!parsed.ok()) {
     return S3Error("MalformedXML", "The XML you provided was not well-formed or did not validate.");
   }
+  // A part number listed twice in a row (its part was re-sent while the
+  // list was made) counts once, with its last ETag, as RGW takes it.
   std::vector<std::pair<int, std::string>> listed;
-  for (auto& p : *parsed) listed.emplace_back(p.number, std::move(p.etag));
+  for (auto& p : *parsed) {
+    if (!listed.empty() && listed.back().first == p.number) {
+      listed.back().second = std::move(p.etag);
+    } else {
+      listed.emplace_back(p.number, std::move(p.etag));
+    }
+  }
   // A write condition that fails already fails before the upload is
   // consumed, so that its parts stay for a retry or an abort (Put tests it
   // again). A retry of a completion that succeeded gets its answer below.
@@ -1404,6 +1434,17 @@ Status S3Server::Impl::CompleteUpload(Ctx& c) {
       }
       obj.checksum_algorithm = std::string(s3::ChecksumName(*u.checksum_algorithm));
       obj.checksum = s3::Base64Of(composite.Finish()) + "-" + std::to_string(listed.size());
+    }
+    // The object's checksum as the client computed it: must be the composite.
+    for (s3::ChecksumAlgorithm a : s3::kAllChecksumAlgorithms) {
+      const std::string* claimed = c.req.Header(s3::ChecksumHeader(a));
+      if (claimed == nullptr) continue;
+      const std::string bare = obj.checksum.substr(0, obj.checksum.rfind('-'));
+      if (obj.checksum_algorithm != s3::ChecksumName(a) ||
+          (*claimed != obj.checksum && *claimed != bare)) {
+        return S3Error("BadDigest", "The " + std::string(s3::ChecksumName(a)) +
+                                        " you specified did not match the calculated checksum.");
+      }
     }
     obj.content_type = u.content_type.empty() ? obj.content_type : u.content_type;
     obj.user_metadata = u.user_metadata;

@@ -337,6 +337,55 @@ TEST_P(IntegrityTest, MultipartCompositeChecksum) {
             want);
 }
 
+// Behaviours ceph/s3-tests checks where RGW and S3 agree.
+TEST_P(IntegrityTest, AsS3AnswersThem) {
+  using A = s3::ChecksumAlgorithm;
+  // A stored checksum comes back only when asked for.
+  const std::string crc = Base64Checksum(A::kCrc32, "abc");
+  ASSERT_EQ(Signed("PUT", "/bkt/c", "", "abc", "x-amz-checksum-crc32: " + crc + "\r\n").status,
+            200);
+  EXPECT_EQ(Signed("HEAD", "/bkt/c").Header("x-amz-checksum-crc32"), "");
+  EXPECT_EQ(Signed("HEAD", "/bkt/c", "", "", "x-amz-checksum-mode: ENABLED\r\n")
+                .Header("x-amz-checksum-crc32"),
+            crc);
+  // CORS preflights come before authentication: without Origin 400, with
+  // it 403 (no CORS configuration here).
+  const std::string options = "OPTIONS /bkt/c HTTP/1.1\r\nHost: x\r\nConnection: close\r\n";
+  EXPECT_EQ(RawExchange(port_, options + "\r\n").status, 400);
+  RawResponse cors = RawExchange(
+      port_, options + "Origin: https://a.example\r\nAccess-Control-Request-Method: GET\r\n\r\n");
+  EXPECT_EQ(cors.status, 403);
+  EXPECT_NE(cors.body.find("CORSResponse"), std::string::npos) << cors.body;
+  // An unsigned request: NoSuchBucket for a bucket that does not exist,
+  // AccessDenied for one that does.
+  const std::string del = "DELETE /gone/k HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  RawResponse gone = RawExchange(port_, del);
+  EXPECT_EQ(gone.status, 404);
+  EXPECT_NE(gone.body.find("NoSuchBucket"), std::string::npos) << gone.body;
+  EXPECT_EQ(
+      RawExchange(port_, "DELETE /bkt/c HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").status,
+      403);
+  EXPECT_EQ(Signed("GET", "/bkt/c").body, "abc");
+  // A part listed twice in a row (re-sent while the list was made) counts
+  // once, with the ETag listed last; a claimed object checksum that is not
+  // the composite is BadDigest and the upload stays completable.
+  const std::string id = UploadId("dup", "x-amz-checksum-algorithm: SHA256\r\n");
+  RawResponse first = Signed("PUT", "/bkt/dup", "partNumber=1&uploadId=" + id, "BBBBBBBB");
+  RawResponse second = Signed("PUT", "/bkt/dup", "partNumber=1&uploadId=" + id, "AAAAAAAA");
+  ASSERT_EQ(second.status, 200);
+  const std::string xml = "<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>" +
+                          first.Header("etag") +
+                          "</ETag></Part><Part><PartNumber>1</PartNumber><ETag>" +
+                          second.Header("etag") + "</ETag></Part></CompleteMultipartUpload>";
+  RawResponse bad = Signed("POST", "/bkt/dup", "uploadId=" + id, xml,
+                           "x-amz-checksum-sha256: " + Base64Checksum(A::kSha256, "x") + "\r\n");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("BadDigest"), std::string::npos) << bad.body;
+  RawResponse done = Signed("POST", "/bkt/dup", "uploadId=" + id, xml);
+  ASSERT_EQ(done.status, 200) << done.body;
+  EXPECT_EQ(Signed("GET", "/bkt/dup").body, "AAAAAAAA");
+}
+
 INSTANTIATE_TEST_SUITE_P(Storage, IntegrityTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Directory" : "Memory"; });
 
