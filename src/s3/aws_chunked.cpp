@@ -89,8 +89,12 @@ Result<AwsChunkedBody> DecodeAwsChunks(uint8_t* data, uint64_t size, uint64_t de
       return Bad("malformed trailer");
     }
     std::string name(Trim(line.substr(0, colon)));
+    if (name.empty()) return Bad("malformed trailer");
     for (char& ch : name) {
       if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
+      const bool token = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' ||
+                         ch == '_' || ch == '.';
+      if (!token) return Bad("malformed trailer name");
     }
     out.trailers.emplace_back(std::move(name), std::string(Trim(line.substr(colon + 1))));
   }
