@@ -17,12 +17,6 @@ constexpr size_t kMaxTrailers = 8;
 
 Status Bad(const std::string& why) { return S3Error("IncompleteBody", "aws-chunked body: " + why); }
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 }  // namespace
 
 Result<AwsChunkedBody> DecodeAwsChunks(uint8_t* data, uint64_t size, uint64_t decoded_length,
@@ -88,7 +82,7 @@ Result<AwsChunkedBody> DecodeAwsChunks(uint8_t* data, uint64_t size, uint64_t de
     if (colon == std::string_view::npos || colon == 0 || out.trailers.size() == kMaxTrailers) {
       return Bad("malformed trailer");
     }
-    std::string name(Trim(line.substr(0, colon)));
+    std::string name(TrimOws(line.substr(0, colon)));
     if (name.empty()) return Bad("malformed trailer");
     for (char& ch : name) {
       if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
@@ -96,7 +90,7 @@ Result<AwsChunkedBody> DecodeAwsChunks(uint8_t* data, uint64_t size, uint64_t de
                          ch == '_' || ch == '.';
       if (!token) return Bad("malformed trailer name");
     }
-    out.trailers.emplace_back(std::move(name), std::string(Trim(line.substr(colon + 1))));
+    out.trailers.emplace_back(std::move(name), std::string(TrimOws(line.substr(colon + 1))));
   }
   if (pos != size) return Bad("bytes after the final chunk");
   if (out.length != decoded_length) return Bad("fewer bytes than x-amz-decoded-content-length");

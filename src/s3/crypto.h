@@ -28,6 +28,12 @@ inline int HexValue(char c) {
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
 }
+// HTTP's optional whitespace (spaces and tabs) trimmed from both ends.
+inline std::string_view TrimOws(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
 template <size_t N>
 std::string Hex(const std::array<uint8_t, N>& a) {
   return Hex(std::span<const uint8_t>(a.data(), N));

@@ -102,12 +102,6 @@ bool IsTokenChar(unsigned char c) {
   return std::isalnum(c) || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
 }
 
-std::string_view TrimOws(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 // A write to a peer that hung up raises SIGPIPE where the call has no
 // MSG_NOSIGNAL (sendfile, OpenSSL's writes), which would kill the process.
 // Worker threads block it (WorkerLoop), so it stays pending on the thread;

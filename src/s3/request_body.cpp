@@ -34,8 +34,7 @@ std::optional<uint64_t> ParseLength(const std::string* v) {
 std::optional<ChecksumAlgorithm> ChecksumOfHeader(std::string_view lower_name) {
   constexpr std::string_view kPrefix = "x-amz-checksum-";
   if (lower_name.substr(0, kPrefix.size()) != kPrefix) return std::nullopt;
-  auto a = ParseChecksumAlgorithm(lower_name.substr(kPrefix.size()));
-  return a;
+  return ParseChecksumAlgorithm(lower_name.substr(kPrefix.size()));
 }
 
 std::string InvalidValue(ChecksumAlgorithm a) {
@@ -141,9 +140,12 @@ Result<RequestBody> ReadRequestBody(const HttpRequest& req, BodyReader& reader,
       return Refuse(close, S3Error("InvalidDigest", "The Content-MD5 you specified is not valid."));
     }
   }
-  Result<std::optional<ChecksumClaim>> claim = std::optional<ChecksumClaim>();
-  if (options.header_checksums) claim = FindChecksumClaim(req, trailer_mode);
-  if (!claim.ok()) return Refuse(close, claim.status());
+  std::optional<ChecksumClaim> claim;
+  if (options.header_checksums) {
+    auto found = FindChecksumClaim(req, trailer_mode);
+    if (!found.ok()) return Refuse(close, found.status());
+    claim = std::move(found).value();
+  }
 
   // Every hash the body needs, fed in one pass as the bytes arrive (or, for
   // aws-chunked bodies, as each chunk is decoded).
@@ -155,8 +157,8 @@ Result<RequestBody> ReadRequestBody(const HttpRequest& req, BodyReader& reader,
   std::optional<EtagHasher> etag;
   if (options.etag) etag.emplace(*options.etag);
   std::optional<ChecksumStream> checksum;
-  if (*claim) {
-    checksum.emplace((*claim)->algorithm);
+  if (claim) {
+    checksum.emplace(claim->algorithm);
   } else if (options.checksum_default) {
     checksum.emplace(*options.checksum_default);
   }
@@ -226,19 +228,18 @@ Result<RequestBody> ReadRequestBody(const HttpRequest& req, BodyReader& reader,
     std::vector<uint8_t> got = checksum->Finish();
     const ChecksumAlgorithm a = checksum->algorithm();
     std::optional<std::vector<uint8_t>> want;
-    if (*claim && (*claim)->value) {
-      want = (*claim)->value;
-    } else if (*claim) {
+    if (claim && claim->value) {
+      want = claim->value;
+    } else if (claim) {
       for (const auto& [name, value] : trailers) {
-        if (name != (*claim)->trailer_name) continue;
+        if (name != claim->trailer_name) continue;
         want = Base64Decode(value);
         if (!want || want->size() != ChecksumSize(a)) {
           return S3Error("InvalidRequest", InvalidValue(a));
         }
       }
       if (!want) {
-        return S3Error("InvalidRequest", "The upload declared the trailer " +
-                                             (*claim)->trailer_name +
+        return S3Error("InvalidRequest", "The upload declared the trailer " + claim->trailer_name +
                                              " (x-amz-trailer) and did not send it.");
       }
     }

@@ -190,12 +190,6 @@ bool AllDigits(std::string_view s, size_t max_len) {
          std::all_of(s.begin(), s.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
 }
 
-std::string_view TrimSpaces(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 // The standard headers S3 keeps with an object (as S3 spells them) and the
 // GET query parameter that overrides each in the response.
 struct StoredHeaderName {
@@ -217,7 +211,7 @@ std::string StorableContentEncoding(std::string_view value) {
   std::string out;
   while (!value.empty()) {
     size_t comma = value.find(',');
-    std::string_view token = TrimSpaces(value.substr(0, comma));
+    std::string_view token = s3::TrimOws(value.substr(0, comma));
     value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
     if (token.empty() || token == "aws-chunked") continue;
     if (!out.empty()) out += ", ";
@@ -253,7 +247,7 @@ bool EtagListMatches(std::string_view list, const std::string& etag) {
   if (want.size() >= 2 && want.front() == '"') want = want.substr(1, want.size() - 2);
   while (!list.empty()) {
     size_t comma = list.find(',');
-    std::string_view item = TrimSpaces(list.substr(0, comma));
+    std::string_view item = s3::TrimOws(list.substr(0, comma));
     list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
     if (item == "*") return true;
     if (item.substr(0, 2) == "W/") item.remove_prefix(2);
@@ -303,7 +297,7 @@ Result<PutCondition> WriteCondition(const HttpRequest& req) {
   const std::string* none = req.Header("if-none-match");
   const std::string* match = req.Header("if-match");
   if (none == nullptr && match == nullptr) return PutCondition();
-  if (none != nullptr && TrimSpaces(*none) != "*") {
+  if (none != nullptr && s3::TrimOws(*none) != "*") {
     return S3Error("NotImplemented",
                    "A header you provided implies functionality that is not implemented: "
                    "If-None-Match on a write takes only *");
@@ -573,9 +567,9 @@ Status S3Server::Impl::Route(Ctx& c) {
     // An unsigned request to a bucket that does not exist learns that it
     // does not (bucket names are public in S3 too), not AccessDenied.
     if (S3ErrorCode(auth) == "AccessDenied" && !req.Header("authorization") &&
-        !c.HasQuery("X-Amz-Signature") && !c.bucket.empty() &&
-        S3ErrorCode(store->HeadBucket(c.bucket)) == "NoSuchBucket") {
-      return store->HeadBucket(c.bucket);
+        !c.HasQuery("X-Amz-Signature") && !c.bucket.empty()) {
+      Status bucket = store->HeadBucket(c.bucket);
+      if (S3ErrorCode(bucket) == "NoSuchBucket") return bucket;
     }
     return auth;
   }
@@ -1190,16 +1184,23 @@ Status S3Server::Impl::CopyObject(Ctx& c) {
   // A single-PUT ETag is the hash of the bytes, still right; a multipart
   // one is not: the copy is one object, hashed as a PUT would be. So is a
   // composite checksum.
-  const bool was_multipart = src.etag.find('-') != std::string::npos;
-  obj.etag = was_multipart ? SegmentsEtag(etag_hash(), obj.segments) : src.etag;
+  // Both in one pass over the bytes.
+  obj.etag = src.etag;
   obj.checksum_algorithm = src.checksum_algorithm;
   obj.checksum = src.checksum;
-  if (obj.checksum.find('-') != std::string::npos) {
-    auto a = s3::ParseChecksumAlgorithm(obj.checksum_algorithm);
-    s3::ChecksumStream whole(a.value_or(s3::ChecksumAlgorithm::kCrc32));
-    for (const Buffer& b : obj.segments) whole.Update(b.data(), b.size());
-    obj.checksum = a ? s3::Base64Of(whole.Finish()) : "";
-    if (!a) obj.checksum_algorithm.clear();
+  if (src.etag.find('-') != std::string::npos) {
+    s3::EtagHasher etag(etag_hash());
+    std::optional<s3::ChecksumStream> whole;
+    if (auto a = s3::ParseChecksumAlgorithm(src.checksum_algorithm);
+        a && src.checksum.find('-') != std::string::npos) {
+      whole.emplace(*a);
+    }
+    for (const Buffer& b : obj.segments) {
+      etag.Update(b.data(), b.size());
+      if (whole) whole->Update(b.data(), b.size());
+    }
+    obj.etag = etag.Finish();
+    if (whole) obj.checksum = s3::Base64Of(whole->Finish());
   }
   if (directive == "COPY") {
     obj.content_type = std::move(src.content_type);

@@ -15,11 +15,6 @@ bool Unreserved(unsigned char c) {
 std::span<const uint8_t> Bytes(std::string_view s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 }  // namespace
 
 std::string UriEncode(std::string_view s, bool encode_slash) {
@@ -170,7 +165,7 @@ std::string FormatIsoDate(std::time_t t) {
 }
 
 std::string CanonicalHeaderValue(std::string_view v) {
-  v = Trim(v);
+  v = TrimOws(v);
   std::string out;
   out.reserve(v.size());
   bool space = false;
@@ -298,7 +293,7 @@ std::vector<std::string> SplitSemicolons(std::string_view s) {
   std::vector<std::string> v;
   while (!s.empty()) {
     size_t p = s.find(';');
-    std::string name(Trim(s.substr(0, p)));
+    std::string name(TrimOws(s.substr(0, p)));
     std::transform(name.begin(), name.end(), name.begin(),
                    [](unsigned char c) { return std::tolower(c); });
     if (!name.empty()) v.push_back(std::move(name));
@@ -311,7 +306,7 @@ std::vector<std::string> SplitSemicolons(std::string_view s) {
 
 Status ParseAuthorizationHeader(std::string_view value, SigV4Auth* out) {
   *out = SigV4Auth{};
-  value = Trim(value);
+  value = TrimOws(value);
   if (value.substr(0, kSigV4Algorithm.size()) != kSigV4Algorithm) {
     return InvalidArgument("AuthorizationHeaderMalformed: only AWS4-HMAC-SHA256 is supported");
   }
@@ -319,11 +314,11 @@ Status ParseAuthorizationHeader(std::string_view value, SigV4Auth* out) {
   bool have_cred = false, have_signed = false, have_sig = false;
   while (!value.empty()) {
     size_t comma = value.find(',');
-    std::string_view item = Trim(value.substr(0, comma));
+    std::string_view item = TrimOws(value.substr(0, comma));
     value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
     size_t eq = item.find('=');
     if (eq == std::string_view::npos) continue;
-    std::string_view k = Trim(item.substr(0, eq)), v = Trim(item.substr(eq + 1));
+    std::string_view k = TrimOws(item.substr(0, eq)), v = TrimOws(item.substr(eq + 1));
     if (k == "Credential") {
       XSILO_RETURN_IF_ERROR(ParseCredential(v, out));
       have_cred = true;
