@@ -1,0 +1,49 @@
+// MetricsEndpoint: serves a Registry as GET /metrics over plain HTTP/1.0
+// (one request per connection, Connection: close), for Prometheus and curl.
+// One thread answers connections one at a time; a scrape is small and
+// rare, so nothing more is needed. Any other path is 404, any other method
+// 405. A client that sends nothing for io_timeout is dropped.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "xsilo/core/status.h"
+#include "xsilo/metrics/metrics.h"
+
+namespace xsilo::metrics {
+
+struct EndpointOptions {
+  // IPv4 address to bind. Default "127.0.0.1" (loopback only).
+  std::string address = "127.0.0.1";
+  // TCP port; 0 picks an ephemeral one (see MetricsEndpoint::port()).
+  // Default 0.
+  int port = 0;
+  // Longest wait for a request, or for a slow reader. Default 5 s.
+  std::chrono::milliseconds io_timeout{5000};
+};
+
+class MetricsEndpoint {
+ public:
+  // Binds and starts serving `registry`, which must outlive the endpoint.
+  static Result<std::unique_ptr<MetricsEndpoint>> Start(const Registry& registry,
+                                                        EndpointOptions options = {});
+  ~MetricsEndpoint();  // stops
+  MetricsEndpoint(const MetricsEndpoint&) = delete;
+  MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
+
+  int port() const;
+  // "http://<address>:<port>/metrics".
+  std::string url() const;
+  // Wakes the thread, closes the socket and joins; idempotent.
+  void Stop();
+
+  struct Impl;
+
+ private:
+  explicit MetricsEndpoint(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace xsilo::metrics

@@ -1,0 +1,139 @@
+#include "xsilo/metrics/metered_transport.h"
+
+#include <chrono>
+#include <mutex>
+
+namespace xsilo::metrics {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The counters of one (peer, route) pair, looked up once.
+struct PeerSeries {
+  Counter* sent_bytes;
+  Counter* sent_messages;
+  Counter* send_errors;
+  Gauge* send_seconds;
+  Gauge* goodput;
+  Counter* received_bytes;
+  Counter* received_messages;
+};
+
+class MeteredTransport final : public Transport {
+ public:
+  MeteredTransport(std::unique_ptr<Transport> inner, Registry& registry, MeteredOptions options)
+      : Transport(inner->options()),
+        inner_(std::move(inner)),
+        registry_(registry),
+        party_(options.party.empty() ? "rank " + std::to_string(inner_->rank())
+                                     : std::move(options.party)),
+        backend_(inner_->name()) {
+    // Received messages are counted on the inner transport's delivering
+    // thread and pushed into our inbox with its abandon test, so the inner
+    // backpressure rules hold as without us.
+    inner_->SetForwarder([this](Message m, const std::function<bool()>& abandon) {
+      PeerSeries& s = Series(m.sender, backend_);
+      s.received_bytes->Add(m.payload_bytes());
+      s.received_messages->Add();
+      return Deliver(std::move(m), abandon);
+    });
+  }
+  ~MeteredTransport() override { Stop(); }
+
+  std::string_view name() const override { return inner_->name(); }
+  std::string RouteReason() const override { return inner_->RouteReason(); }
+  Status Start() override { return inner_->Start(); }
+  void Stop() override {
+    inner_->Stop();
+    CloseInbox();
+  }
+
+  void SendAsync(int32_t peer, Message message, SendCallback done) override {
+    const uint64_t bytes = message.payload_bytes();
+    const auto start = Clock::now();
+    inner_->SendAsync(peer, std::move(message),
+                      [this, peer, bytes, start, done = std::move(done)](const Status& s) {
+                        Account({peer}, bytes, start, s);
+                        if (done) done(s);
+                      });
+  }
+
+  void BroadcastAsync(std::vector<int32_t> peers, Message message, SendCallback done) override {
+    const uint64_t bytes = message.payload_bytes();
+    const auto start = Clock::now();
+    std::vector<int32_t> copy = peers;
+    inner_->BroadcastAsync(
+        std::move(peers), std::move(message),
+        [this, copy = std::move(copy), bytes, start, done = std::move(done)](const Status& s) {
+          Account(copy, bytes, start, s);
+          if (done) done(s);
+        });
+  }
+
+ private:
+  std::string Route() const {
+    std::string reason = inner_->RouteReason();
+    std::string route = reason.substr(0, reason.find(':'));
+    while (!route.empty() && route.back() == ' ') route.pop_back();
+    return route.empty() ? backend_ : route;
+  }
+
+  void Account(const std::vector<int32_t>& peers, uint64_t bytes, Clock::time_point start,
+               const Status& s) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const std::string route = Route();
+    for (int32_t p : peers) {
+      PeerSeries& series = Series(p, route);
+      if (!s.ok()) {
+        series.send_errors->Add();
+        continue;
+      }
+      series.sent_bytes->Add(bytes);
+      series.sent_messages->Add();
+      series.send_seconds->Add(seconds);
+      if (seconds > 0 && bytes > 0) series.goodput->Set(static_cast<double>(bytes) / seconds);
+    }
+  }
+
+  PeerSeries& Series(int32_t peer, const std::string& route) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto key = std::make_pair(peer, route);
+    auto it = series_.find(key);
+    if (it != series_.end()) return it->second;
+    const Labels l = {{"party", party_}, {"peer", std::to_string(peer)}, {"route", route}};
+    PeerSeries s{
+        &registry_.GetCounter("xsilo_transport_sent_bytes_total",
+                              "Payload bytes of sends that completed OK.", l),
+        &registry_.GetCounter("xsilo_transport_sent_messages_total",
+                              "Messages whose send completed OK.", l),
+        &registry_.GetCounter("xsilo_transport_send_errors_total", "Sends that failed.", l),
+        &registry_.GetFloatCounter("xsilo_transport_send_seconds_total",
+                                   "Seconds from SendAsync to completion, summed over OK sends.",
+                                   l),
+        &registry_.GetGauge("xsilo_transport_goodput_bytes_per_second",
+                            "Payload bytes per second of the last completed send.", l),
+        &registry_.GetCounter("xsilo_transport_received_bytes_total",
+                              "Payload bytes of messages delivered to this party.", l),
+        &registry_.GetCounter("xsilo_transport_received_messages_total",
+                              "Messages delivered to this party.", l),
+    };
+    return series_.emplace(key, s).first->second;
+  }
+
+  std::unique_ptr<Transport> inner_;
+  Registry& registry_;
+  const std::string party_;
+  const std::string backend_;
+  std::mutex mu_;
+  std::map<std::pair<int32_t, std::string>, PeerSeries> series_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> MakeMeteredTransport(std::unique_ptr<Transport> inner,
+                                                Registry& registry, MeteredOptions options) {
+  return std::make_unique<MeteredTransport>(std::move(inner), registry, std::move(options));
+}
+
+}  // namespace xsilo::metrics

@@ -1,0 +1,54 @@
+#include "xsilo/metrics/endpoint.h"
+
+#include <gtest/gtest.h>
+
+#include "metrics/http_get.h"
+
+namespace xsilo::metrics {
+namespace {
+
+using testing::HttpGet;
+
+TEST(MetricsEndpoint, ServesTheRegistryAtSlashMetrics) {
+  Registry r;
+  Counter& c = r.GetCounter("xsilo_things_total", "Things.", {{"peer", "1"}});
+  auto ep = MetricsEndpoint::Start(r);  // 127.0.0.1, an ephemeral port
+  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+  ASSERT_GT((*ep)->port(), 0);
+  EXPECT_EQ((*ep)->url(), "http://127.0.0.1:" + std::to_string((*ep)->port()) + "/metrics");
+
+  c.Add(7);
+  auto reply = HttpGet((*ep)->port(), "/metrics");
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_NE(reply.headers.find("Content-Type: text/plain; version=0.0.4"), std::string::npos);
+  EXPECT_EQ(reply.body, r.Render());
+  EXPECT_NE(reply.body.find("xsilo_things_total{peer=\"1\"} 7\n"), std::string::npos);
+
+  c.Add(1);  // every scrape renders afresh
+  EXPECT_NE(HttpGet((*ep)->port(), "/metrics?x=1").body.find("xsilo_things_total{peer=\"1\"} 8\n"),
+            std::string::npos);
+  auto head = HttpGet((*ep)->port(), "/metrics", "HEAD");
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(head.body, "");
+  EXPECT_EQ(HttpGet((*ep)->port(), "/").status, 404);
+  EXPECT_EQ(HttpGet((*ep)->port(), "/metrics", "POST").status, 405);
+}
+
+TEST(MetricsEndpoint, StopIsIdempotentAndClosesThePort) {
+  Registry r;
+  auto ep = MetricsEndpoint::Start(r);
+  ASSERT_TRUE(ep.ok());
+  const int port = (*ep)->port();
+  (*ep)->Stop();
+  (*ep)->Stop();
+  EXPECT_EQ(HttpGet(port, "/metrics").status, 0);
+}
+
+TEST(MetricsEndpoint, RejectsBadAddresses) {
+  Registry r;
+  EXPECT_FALSE(MetricsEndpoint::Start(r, {.address = "localhost"}).ok());
+  EXPECT_FALSE(MetricsEndpoint::Start(r, {.port = 70000}).ok());
+}
+
+}  // namespace
+}  // namespace xsilo::metrics
