@@ -5,10 +5,12 @@
 //   xsilo fl client  one client of a multi-host job, from the same file
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -16,12 +18,15 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "commands.h"
 #include "xsilo/core/tiers.h"
 #include "xsilo/fl/config.h"
 #include "xsilo/fl/fedavg.h"
 #include "xsilo/fl/mlp.h"
+#include "xsilo/metrics/endpoint.h"
+#include "xsilo/metrics/metered_transport.h"
 #include "xsilo/transport/registry.h"
 
 namespace xsilo::cli {
@@ -29,6 +34,175 @@ namespace xsilo::cli {
 namespace {
 
 using namespace xsilo::fl;
+
+// --metrics-*: the Prometheus endpoint of a job (docs/metrics.md).
+struct MetricsArgs {
+  std::string port;  // "" or "0": off; "auto": an ephemeral port; else the port
+  std::string address = "127.0.0.1";
+  std::string port_file;  // the bound port is written here
+  double linger_s = 0;    // keep serving this long after the job (SIGINT/SIGTERM end it)
+};
+
+void AddMetricsOptions(CLI::App* cmd, MetricsArgs& m) {
+  cmd->add_option("--metrics-port", m.port,
+                  "serve Prometheus metrics at http://<address>:<port>/metrics (0 or absent: off; "
+                  "'auto': an ephemeral port, printed and written to --metrics-port-file)");
+  cmd->add_option("--metrics-address", m.address, "IPv4 address the metrics endpoint binds")
+      ->capture_default_str();
+  cmd->add_option("--metrics-port-file", m.port_file,
+                  "write the metrics endpoint's bound port to this file");
+  cmd->add_option("--metrics-linger", m.linger_s,
+                  "seconds to keep serving metrics after the job ended, so a scraper sees the "
+                  "final values (SIGINT/SIGTERM end it early)")
+      ->capture_default_str();
+}
+
+std::atomic<bool> g_linger_interrupted{false};
+extern "C" void OnLingerSignal(int) { g_linger_interrupted = true; }
+
+// The job's metrics: the registry the metered transports count into, the
+// FL round counters and the per-state timers, and the endpoint serving them.
+class JobMetrics {
+ public:
+  // nullptr when --metrics-port is off.
+  static Result<std::unique_ptr<JobMetrics>> Start(const MetricsArgs& a) {
+    if (a.port.empty() || a.port == "0") return std::unique_ptr<JobMetrics>();
+    int port = 0;
+    if (a.port != "auto") {
+      char* end = nullptr;
+      long v = std::strtol(a.port.c_str(), &end, 10);
+      if (end == a.port.c_str() || *end != '\0' || v < 0 || v > 65535) {
+        return InvalidArgument("--metrics-port wants a port, 0 or 'auto', not '" + a.port + "'");
+      }
+      port = static_cast<int>(v);
+    }
+    auto m = std::unique_ptr<JobMetrics>(new JobMetrics(a));
+    XSILO_ASSIGN_OR_RETURN(m->endpoint_, metrics::MetricsEndpoint::Start(
+                                             m->registry_, {.address = a.address, .port = port}));
+    std::printf("metrics: %s\n", m->endpoint_->url().c_str());
+    std::fflush(stdout);
+    if (!a.port_file.empty()) {
+      const std::string tmp = a.port_file + ".tmp";
+      std::ofstream out(tmp);
+      out << m->endpoint_->port() << "\n";
+      out.close();
+      if (!out || std::rename(tmp.c_str(), a.port_file.c_str()) != 0) {
+        return Internal("cannot write --metrics-port-file " + a.port_file);
+      }
+    }
+    return m;
+  }
+
+  ~JobMetrics() {
+    endpoint_->Stop();
+    registry_.RemoveCollector(states_);
+  }
+
+  std::unique_ptr<Transport> Meter(std::unique_ptr<Transport> t, const std::string& party) {
+    return metrics::MakeMeteredTransport(std::move(t), registry_, {.party = party});
+  }
+
+  void JobStarted(uint64_t rounds, uint64_t model_bytes) {
+    registry_.GetGauge("xsilo_fl_rounds_planned", "Rounds the job runs.")
+        .Set(static_cast<double>(rounds));
+    registry_.GetGauge("xsilo_fl_model_bytes", "Payload bytes of the global model.")
+        .Set(static_cast<double>(model_bytes));
+    registry_.GetGauge("xsilo_fl_job_finished", "1 once the job ended (see xsilo_fl_job_ok).")
+        .Set(0);
+  }
+
+  // While the server runs, its timers are read at every scrape.
+  void Watch(const StateTimers* server) {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_server_ = server;
+  }
+
+  void OnRound(const RoundReport& r) {
+    registry_.GetCounter("xsilo_fl_rounds_total", "Rounds finished (at quorum or not).").Add();
+    if (r.completed) {
+      registry_.GetCounter("xsilo_fl_rounds_completed_total", "Rounds that reached quorum.").Add();
+    }
+    registry_.GetGauge("xsilo_fl_round", "The last finished round (0-based).")
+        .Set(static_cast<double>(r.round));
+    registry_
+        .GetCounter("xsilo_fl_model_bytes_sent_total",
+                    "Model payload bytes the rounds sent (model bytes x clients selected), as "
+                    "the job report's bytes_sent.")
+        .Add(r.bytes_sent);
+    registry_
+        .GetCounter("xsilo_fl_update_bytes_received_total",
+                    "Update payload bytes the rounds received, as the job report's "
+                    "bytes_received.")
+        .Add(r.bytes_received);
+    registry_.GetCounter("xsilo_fl_updates_received_total", "Updates aggregated.").Add(r.received);
+    registry_
+        .GetCounter("xsilo_fl_updates_discarded_total",
+                    "Late, duplicate or malformed messages discarded.")
+        .Add(r.discarded);
+    registry_.GetGauge("xsilo_fl_last_round_seconds", "Duration of the last finished round.")
+        .Set(r.seconds);
+    registry_.GetFloatCounter("xsilo_fl_round_seconds_total", "Seconds spent in rounds.")
+        .Add(r.seconds);
+  }
+
+  // The job ended: the timers are frozen at `times` (server and clients).
+  void JobFinished(bool ok, const std::vector<PartyTimes>& times) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_server_ = nullptr;
+      final_times_ = times;
+    }
+    registry_.GetGauge("xsilo_fl_job_ok", "1 if the job ended successfully.").Set(ok ? 1 : 0);
+    registry_.GetGauge("xsilo_fl_job_finished", "1 once the job ended (see xsilo_fl_job_ok).")
+        .Set(1);
+  }
+
+  void Linger() const {
+    if (!(linger_s_ > 0)) return;
+    std::printf("metrics: serving for %.0f s more (SIGINT/SIGTERM to stop)\n", linger_s_);
+    std::fflush(stdout);
+    struct sigaction sa {};
+    sa.sa_handler = OnLingerSignal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds(static_cast<int64_t>(linger_s_ * 1000));
+    while (!g_linger_interrupted && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+ private:
+  explicit JobMetrics(const MetricsArgs& a) : linger_s_(a.linger_s) {
+    states_ = registry_.AddCollector(
+        "xsilo_fl_state_seconds_total",
+        "Seconds per party and state (train, aggregate, communication, serialization, wait, "
+        "migration), as the per-state table.",
+        metrics::MetricType::kCounter, [this] {
+          std::vector<metrics::Sample> out;
+          std::lock_guard<std::mutex> lock(mu_);
+          auto add = [&](const std::string& party, const std::array<double, kPartyStateCount>& s) {
+            for (size_t i = 0; i < kPartyStateCount; ++i) {
+              out.push_back({{{"party", party},
+                              {"state", std::string(PartyStateName(static_cast<PartyState>(i)))}},
+                             s[i]});
+            }
+          };
+          if (live_server_) add("server", live_server_->Snapshot());
+          for (const auto& p : final_times_) add(p.party, p.seconds);
+          return out;
+        });
+  }
+
+  double linger_s_;
+  metrics::Registry registry_;
+  std::unique_ptr<metrics::MetricsEndpoint> endpoint_;
+  int states_ = 0;
+  std::mutex mu_;
+  const StateTimers* live_server_ = nullptr;
+  std::vector<PartyTimes> final_times_;
+};
 
 struct FlRunArgs {
   std::string transport = "inproc";
@@ -56,6 +230,7 @@ struct FlRunArgs {
   std::string store_region;
   std::string store_access_key;  // "" = AWS_ACCESS_KEY_ID, then ~/.aws/credentials
   std::string store_secret_key;
+  MetricsArgs metrics;
 };
 
 struct FlFileArgs {
@@ -63,6 +238,7 @@ struct FlFileArgs {
   int rank = -1;
   std::string json_path;
   bool quiet = false;
+  MetricsArgs metrics;
 };
 
 std::string Mb(uint64_t bytes) {
@@ -240,6 +416,8 @@ int RunInProcess(const FlRunArgs& a) {
   }
   auto external = ExternalStoreOptions(a);
   if (!external.ok()) return Fail("run", external.status());
+  auto metrics = JobMetrics::Start(a.metrics);
+  if (!metrics.ok()) return Fail("run", metrics.status());
   std::vector<std::unique_ptr<Transport>> parties;
   for (int r = 0; r < world; ++r) {
     TransportOptions o;
@@ -257,6 +435,10 @@ int RunInProcess(const FlRunArgs& a) {
     auto t = TransportRegistry::Global().Create(a.transport, o);
     if (!t.ok()) return Fail("run", t.status());
     parties.push_back(std::move(t).value());
+    if (*metrics) {
+      parties.back() = (*metrics)->Meter(std::move(parties.back()),
+                                         r == 0 ? "server" : "client " + std::to_string(r));
+    }
   }
 
   std::printf(
@@ -301,8 +483,15 @@ int RunInProcess(const FlRunArgs& a) {
     }));
   }
   PrintRoundHeader();
-  job.server.on_round = [&](const RoundReport& r) { PrintRound(r, job.server.rounds); };
+  job.server.on_round = [&](const RoundReport& r) {
+    if (*metrics) (*metrics)->OnRound(r);
+    PrintRound(r, job.server.rounds);
+  };
   FedAvgServer server(*parties[0], job.server);
+  if (*metrics) {
+    (*metrics)->JobStarted(job.server.rounds, TotalBytes(*initial));
+    (*metrics)->Watch(&server.timers());
+  }
   auto report = server.Run(std::move(initial).value());
   int rc = 0;
   if (!report.ok()) {
@@ -320,7 +509,11 @@ int RunInProcess(const FlRunArgs& a) {
   }
   // Clients first: a server that left first would make them reconnect.
   for (auto it = parties.rbegin(); it != parties.rend(); ++it) (*it)->Stop();
-  if (!report.ok()) return rc;
+  if (*metrics) (*metrics)->JobFinished(rc == 0, times);
+  if (!report.ok()) {
+    if (*metrics) (*metrics)->Linger();
+    return rc;
+  }
 
   PrintFinal(report->final_evaluation, a.clients);
   std::printf("\nper-state time (s), as in Figure 5:\n%s", FormatStateTable(times).c_str());
@@ -333,6 +526,8 @@ int RunInProcess(const FlRunArgs& a) {
     if (!s.ok()) return Fail("run", s);
     std::printf("report: %s\n", a.json_path.c_str());
   }
+  std::fflush(stdout);
+  if (*metrics) (*metrics)->Linger();
   return rc;
 }
 
@@ -351,6 +546,9 @@ int RunServer(const FlFileArgs& a) {
   if (!initial.ok()) return Fail("server", initial.status());
   auto t = TransportRegistry::Global().Create(job->transport, job->transport_options);
   if (!t.ok()) return Fail("server", t.status());
+  auto metrics = JobMetrics::Start(a.metrics);
+  if (!metrics.ok()) return Fail("server", metrics.status());
+  if (*metrics) *t = (*metrics)->Meter(std::move(*t), "server");
   std::printf("xsilo fl server: '%s' at %s, waiting for %d clients; %s tier (%s, %s)\n",
               job->transport.c_str(), job->transport_options.address.c_str(),
               job->transport_options.world_size - 1, job->tier.c_str(), shape->ToString().c_str(),
@@ -358,12 +556,29 @@ int RunServer(const FlFileArgs& a) {
   std::fflush(stdout);
   if (Status s = (*t)->Start(); !s.ok()) return Fail("server", s);
   job->server.show_progress = !a.quiet;
-  job->server.on_round = [&](const RoundReport& r) { PrintRound(r, job->server.rounds); };
+  job->server.on_round = [&](const RoundReport& r) {
+    if (*metrics) (*metrics)->OnRound(r);
+    PrintRound(r, job->server.rounds);
+  };
   PrintRoundHeader();
   FedAvgServer server(**t, job->server);
+  if (*metrics) {
+    (*metrics)->JobStarted(job->server.rounds, TotalBytes(*initial));
+    (*metrics)->Watch(&server.timers());
+  }
   auto report = server.Run(std::move(initial).value());
   (*t)->Stop();
-  if (!report.ok()) return Fail("server", report.status());
+  if (*metrics) {
+    (*metrics)->JobFinished(
+        report.ok(), report.ok()
+                         ? report->times
+                         : std::vector<PartyTimes>{{"server", 0, server.timers().Snapshot()}});
+  }
+  if (!report.ok()) {
+    int rc = Fail("server", report.status());
+    if (*metrics) (*metrics)->Linger();
+    return rc;
+  }
   PrintFinal(report->final_evaluation, job->transport_options.world_size - 1);
   std::printf("\nper-state time (s), clients as last reported:\n%s",
               FormatStateTable(report->times).c_str());
@@ -372,6 +587,8 @@ int RunServer(const FlFileArgs& a) {
         WriteJson(a.json_path, JobJson(job->transport, job->tier, *shape, *report, report->times));
     if (!s.ok()) return Fail("server", s);
   }
+  std::fflush(stdout);
+  if (*metrics) (*metrics)->Linger();
   return 0;
 }
 
@@ -459,6 +676,7 @@ void AddFlCommand(CLI::App& app) {
       ->capture_default_str();
   r->add_option("--json", run.json_path, "write the rounds and the per-state table as JSON here");
   r->add_flag("--quiet", run.quiet, "no progress line on stderr");
+  AddMetricsOptions(r, run.metrics);
   r->add_option("--store-url", run.store_url,
                 "external S3 endpoint (AWS S3, MinIO, Ceph RGW) for a '<transport>+s3' "
                 "transport instead of the embedded object server; only the server holds its "
@@ -484,6 +702,7 @@ void AddFlCommand(CLI::App& app) {
   s->add_option("--json", server.json_path,
                 "write the rounds and the per-state table as JSON here");
   s->add_flag("--quiet", server.quiet, "no progress line on stderr");
+  AddMetricsOptions(s, server.metrics);
   s->callback([] {
     int rc = RunServer(server);
     if (rc != 0) throw CLI::RuntimeError(rc);
