@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -122,6 +123,17 @@ struct MetricsEndpoint::Impl {
     }
   }
 };
+
+Result<std::optional<int>> ParseMetricsPort(const std::string& text) {
+  if (text.empty() || text == "0") return std::optional<int>();
+  if (text == "auto") return std::optional<int>(0);
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (end == text.c_str() || *end != '\0' || v < 1 || v > 65535) {
+    return InvalidArgument("a metrics port is 1..65535, 0 (off) or 'auto', not '" + text + "'");
+  }
+  return std::optional<int>(static_cast<int>(v));
+}
 
 Result<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const Registry& registry,
                                                                 EndpointOptions options) {

@@ -52,3 +52,19 @@ TEST(MetricsEndpoint, RejectsBadAddresses) {
 
 }  // namespace
 }  // namespace xsilo::metrics
+
+namespace xsilo::metrics {
+namespace {
+
+TEST(MetricsEndpoint, ParsesPortArguments) {
+  EXPECT_EQ(*ParseMetricsPort(""), std::nullopt);
+  EXPECT_EQ(*ParseMetricsPort("0"), std::nullopt);
+  EXPECT_EQ(*ParseMetricsPort("auto"), std::optional<int>(0));
+  EXPECT_EQ(*ParseMetricsPort("9100"), std::optional<int>(9100));
+  EXPECT_FALSE(ParseMetricsPort("-1").ok());
+  EXPECT_FALSE(ParseMetricsPort("65536").ok());
+  EXPECT_FALSE(ParseMetricsPort("91x").ok());
+}
+
+}  // namespace
+}  // namespace xsilo::metrics

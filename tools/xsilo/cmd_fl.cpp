@@ -66,19 +66,11 @@ class JobMetrics {
  public:
   // nullptr when --metrics-port is off.
   static Result<std::unique_ptr<JobMetrics>> Start(const MetricsArgs& a) {
-    if (a.port.empty() || a.port == "0") return std::unique_ptr<JobMetrics>();
-    int port = 0;
-    if (a.port != "auto") {
-      char* end = nullptr;
-      long v = std::strtol(a.port.c_str(), &end, 10);
-      if (end == a.port.c_str() || *end != '\0' || v < 0 || v > 65535) {
-        return InvalidArgument("--metrics-port wants a port, 0 or 'auto', not '" + a.port + "'");
-      }
-      port = static_cast<int>(v);
-    }
+    XSILO_ASSIGN_OR_RETURN(std::optional<int> port, metrics::ParseMetricsPort(a.port));
+    if (!port) return std::unique_ptr<JobMetrics>();
     auto m = std::unique_ptr<JobMetrics>(new JobMetrics(a));
     XSILO_ASSIGN_OR_RETURN(m->endpoint_, metrics::MetricsEndpoint::Start(
-                                             m->registry_, {.address = a.address, .port = port}));
+                                             m->registry_, {.address = a.address, .port = *port}));
     std::printf("metrics: %s\n", m->endpoint_->url().c_str());
     std::fflush(stdout);
     if (!a.port_file.empty()) {

@@ -2,11 +2,18 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <mutex>
+#include <set>
 
 #include "commands.h"
+#include "xsilo/metrics/endpoint.h"
+#include "xsilo/s3/client.h"
+#include "xsilo/s3/credentials.h"
 #include "xsilo/s3/server.h"
 
 namespace xsilo::cli {
@@ -18,7 +25,131 @@ struct S3dArgs {
   bool no_md5 = false;
   std::string port_file;
   std::string self_signed_dir;
+  std::string metrics_port;  // "" or "0": off; "auto": an ephemeral port
+  std::string metrics_address = "127.0.0.1";
+  std::string metrics_port_file;
 };
+
+// s3d's metrics (docs/metrics.md): requests by method, counted from the
+// server's on_request hook, and the objects and bytes of each bucket, read
+// from the server itself by listing (at most once a second, at scrape
+// time). Buckets are those of --bucket and any a PUT or POST named.
+class S3dMetrics {
+ public:
+  S3dMetrics(const std::vector<std::string>& buckets) : buckets_(buckets.begin(), buckets.end()) {
+    for (const char* m : {"GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS", "other"}) {
+      requests_[m] = &registry_.GetCounter("xsilo_s3d_requests_total",
+                                           "Requests received, by method (scrapes list buckets, "
+                                           "one GET per bucket at most once a second).",
+                                           {{"method", m}});
+    }
+  }
+
+  // For S3ServerOptions::on_request. Takes no registry lock: a scrape holds
+  // it while it lists buckets through this same server.
+  void OnRequest(const S3FaultRequest& r) {
+    auto it = requests_.find(r.method);
+    (it == requests_.end() ? requests_.at("other") : it->second)->Add();
+    if (r.method != "PUT" && r.method != "POST") return;
+    const size_t start = r.path.find_first_not_of('/');
+    if (start == std::string::npos) return;
+    const std::string bucket = r.path.substr(start, r.path.find('/', start) - start);
+    std::lock_guard<std::mutex> lock(mu_);
+    buckets_.insert(bucket);
+  }
+
+  Status Serve(const S3Server& server, const S3ServerOptions& o, const std::string& address,
+               int port) {
+    S3ClientOptions c;
+    c.endpoint = server.endpoint();
+    c.region = o.region;
+    c.credentials = StaticCredentials({o.access_key, o.secret_key});
+    c.verify_tls = false;  // our own server, on this host
+    c.max_retries = 0;
+    c.max_connections = 2;
+    XSILO_ASSIGN_OR_RETURN(client_, S3Client::Create(c));
+    auto collect = [this](bool bytes) {
+      return [this, bytes] {
+        std::lock_guard<std::mutex> lock(mu_);
+        Refresh();
+        std::vector<metrics::Sample> out;
+        for (const auto& [bucket, usage] : usage_) {
+          out.push_back(
+              {{{"bucket", bucket}}, static_cast<double>(bytes ? usage.second : usage.first)});
+        }
+        return out;
+      };
+    };
+    collectors_.push_back(registry_.AddCollector("xsilo_s3d_store_objects", "Objects per bucket.",
+                                                 metrics::MetricType::kGauge, collect(false)));
+    collectors_.push_back(registry_.AddCollector("xsilo_s3d_store_bytes",
+                                                 "Bytes of the objects per bucket.",
+                                                 metrics::MetricType::kGauge, collect(true)));
+    collectors_.push_back(registry_.AddCollector(
+        "xsilo_s3d_store_list_errors_total", "Bucket listings for these metrics that failed.",
+        metrics::MetricType::kCounter, [this] {
+          std::lock_guard<std::mutex> lock(mu_);
+          return std::vector<metrics::Sample>{{{}, static_cast<double>(list_errors_)}};
+        }));
+    XSILO_ASSIGN_OR_RETURN(
+        endpoint_, metrics::MetricsEndpoint::Start(registry_, {.address = address, .port = port}));
+    return Status::OK();
+  }
+
+  const metrics::MetricsEndpoint& endpoint() const { return *endpoint_; }
+
+  void Stop() {
+    if (endpoint_) endpoint_->Stop();
+    for (int id : collectors_) registry_.RemoveCollector(id);
+    collectors_.clear();
+  }
+
+ private:
+  // Lists every known bucket if the last listing is older than a second.
+  void Refresh() {
+    const auto now = std::chrono::steady_clock::now();
+    if (listed_ && now - listed_at_ < std::chrono::seconds(1)) return;
+    listed_ = true;
+    listed_at_ = now;
+    usage_.clear();
+    for (auto it = buckets_.begin(); it != buckets_.end();) {
+      auto list = client_->ListObjects({.bucket = *it, .fetch_all = true});
+      if (!list.ok()) {
+        if (list.status().code() != StatusCode::kNotFound) ++list_errors_;
+        it = list.status().code() == StatusCode::kNotFound ? buckets_.erase(it) : std::next(it);
+        continue;
+      }
+      auto& u = usage_[*it];
+      for (const auto& obj : list->objects) {
+        ++u.first;
+        u.second += obj.size;
+      }
+      ++it;
+    }
+  }
+
+  metrics::Registry registry_;
+  std::map<std::string, metrics::Counter*> requests_;
+  std::unique_ptr<S3Client> client_;
+  std::unique_ptr<metrics::MetricsEndpoint> endpoint_;
+  std::vector<int> collectors_;
+  std::mutex mu_;
+  std::set<std::string> buckets_;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> usage_;  // objects, bytes
+  uint64_t list_errors_ = 0;
+  bool listed_ = false;
+  std::chrono::steady_clock::time_point listed_at_;
+};
+
+void WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f) {
+    std::fprintf(f, "%d\n", port);
+    std::fclose(f);
+    std::rename(tmp.c_str(), path.c_str());
+  }
+}
 
 // Blocks until SIGINT or SIGTERM arrives; the signals are blocked first so
 // no handler is needed.
@@ -54,6 +185,14 @@ void AddS3dCommand(CLI::App& app) {
                   "accept <bucket>.<domain> Host headers (virtual-hosted style)");
   cmd->add_flag("--allow-anonymous", o.allow_anonymous, "accept unsigned requests too");
   cmd->add_option("--port-file", args->port_file, "write the bound port to this file");
+  cmd->add_option("--metrics-port", args->metrics_port,
+                  "serve Prometheus metrics at http://<metrics-address>:<port>/metrics (0: off; "
+                  "'auto': an ephemeral port, printed and written to --metrics-port-file)");
+  cmd->add_option("--metrics-address", args->metrics_address,
+                  "IPv4 address the metrics endpoint binds")
+      ->capture_default_str();
+  cmd->add_option("--metrics-port-file", args->metrics_port_file,
+                  "write the metrics endpoint's bound port to this file");
   cmd->add_option("--tls-cert", o.tls_cert_file, "serve HTTPS with this PEM certificate chain");
   cmd->add_option("--tls-key", o.tls_key_file, "the PEM key of --tls-cert");
   cmd->add_option("--tls-self-signed", args->self_signed_dir,
@@ -96,24 +235,38 @@ void AddS3dCommand(CLI::App& app) {
       std::cout << "s3d: self-signed certificate " << args->options.tls_cert_file
                 << " (clients: --ca-bundle / ca_file)" << std::endl;
     }
+    std::unique_ptr<S3dMetrics> metrics;
+    auto metrics_port = metrics::ParseMetricsPort(args->metrics_port);
+    if (!metrics_port.ok()) {
+      std::cerr << "s3d: " << metrics_port.status().ToString() << "\n";
+      std::exit(2);
+    }
+    if (*metrics_port) {
+      metrics = std::make_unique<S3dMetrics>(args->options.buckets);
+      args->options.on_request = [m = metrics.get()](const S3FaultRequest& r) { m->OnRequest(r); };
+    }
     auto server = S3Server::Start(args->options);
     if (!server.ok()) {
       std::cerr << "s3d: " << server.status().ToString() << "\n";
       std::exit(1);
     }
+    if (metrics) {
+      Status st = metrics->Serve(**server, args->options, args->metrics_address, **metrics_port);
+      if (!st.ok()) {
+        std::cerr << "s3d: metrics: " << st.ToString() << "\n";
+        std::exit(1);
+      }
+      std::cout << "s3d: metrics at " << metrics->endpoint().url() << std::endl;
+      if (!args->metrics_port_file.empty()) {
+        WritePortFile(args->metrics_port_file, metrics->endpoint().port());
+      }
+    }
     std::cout << "s3d: serving on " << (*server)->endpoint() << " (port " << (*server)->port()
               << ", " << (args->options.directory.empty() ? "memory" : args->options.directory)
               << ", region " << args->options.region << ")" << std::endl;
-    if (!args->port_file.empty()) {
-      std::string tmp = args->port_file + ".tmp";
-      FILE* f = std::fopen(tmp.c_str(), "w");
-      if (f) {
-        std::fprintf(f, "%d\n", (*server)->port());
-        std::fclose(f);
-        std::rename(tmp.c_str(), args->port_file.c_str());
-      }
-    }
+    if (!args->port_file.empty()) WritePortFile(args->port_file, (*server)->port());
     WaitForTermination();
+    if (metrics) metrics->Stop();  // before the server its listings go to
     (*server)->Stop();
     std::cout << "s3d: stopped" << std::endl;
   });

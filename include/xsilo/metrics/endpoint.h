@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "xsilo/core/status.h"
@@ -23,6 +24,10 @@ struct EndpointOptions {
   // Longest wait for a request, or for a slow reader. Default 5 s.
   std::chrono::milliseconds io_timeout{5000};
 };
+
+// A --metrics-port argument: "" or "0" = off (nullopt), "auto" = an
+// ephemeral port (0), else the port 1..65535. InvalidArgument otherwise.
+Result<std::optional<int>> ParseMetricsPort(const std::string& text);
 
 class MetricsEndpoint {
  public:
