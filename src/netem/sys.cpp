@@ -106,10 +106,16 @@ std::string ProcessName(pid_t pid) {
 }
 
 Status StopProcess(pid_t pid, std::chrono::milliseconds grace) {
+  // A child of ours that has exited stays a zombie (and kill(pid, 0) still
+  // finds it) until it is reaped, so reap after seeing it dead as well as
+  // before: it may die between the two looks.
   auto gone = [pid](Clock::time_point deadline) {
     while (true) {
-      waitpid(pid, nullptr, WNOHANG);  // reap our own children
-      if (!ProcessAlive(pid)) return true;
+      waitpid(pid, nullptr, WNOHANG);
+      if (!ProcessAlive(pid)) {
+        waitpid(pid, nullptr, WNOHANG);
+        return true;
+      }
       if (Clock::now() >= deadline) return false;
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
