@@ -9,8 +9,8 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   build-essential cmake pkg-config ccache clang libclang-rt-14-dev
-  # core
-  nlohmann-json3-dev libxxhash-dev libcli11-dev
+  # core (zstd: the lossless tensor codec, docs/compression.md)
+  nlohmann-json3-dev libxxhash-dev libcli11-dev libzstd-dev
   # store (redis connector; redis-server runs in the tests)
   libhiredis-dev redis-server
   # grpc transport

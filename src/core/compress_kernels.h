@@ -1,0 +1,45 @@
+// Private: the element kernels of the tensor codecs (xsilo/core/compress.h):
+// byte-plane shuffles, bf16/fp16 casts with round-to-nearest-even and
+// blockwise int8 quantization. Plain loops over raw memory, no allocation.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace xsilo::compress {
+
+// out[b * n + i] = in[i * elem + b]: byte b of every element together.
+void Shuffle(const uint8_t* in, uint8_t* out, size_t n, size_t elem);
+void Unshuffle(const uint8_t* in, uint8_t* out, size_t n, size_t elem);
+
+// out[i] = in[i] ^ ref[i].
+void XorBytes(const uint8_t* in, const uint8_t* ref, uint8_t* out, size_t bytes);
+
+// Round-to-nearest-even casts of one value; NaN stays NaN (quiet), and
+// F32ToF16 turns values beyond the half range into infinities (callers
+// check HalfRangeOk first).
+uint16_t F32ToBF16(float x);
+float BF16ToF32(uint16_t h);
+uint16_t F32ToF16(float x);
+float F16ToF32(uint16_t h);
+
+// True when every value is finite; *absmax receives the largest |x|.
+bool FiniteAbsMax(const float* x, size_t n, float* absmax);
+// Largest magnitude an fp16 cast keeps finite.
+inline constexpr float kHalfMax = 65504.0f;
+
+// in[i] - ref[i] (ref may be null: in[i]) cast to 16 bits.
+void EncodeHalf(const float* in, const float* ref, uint16_t* out, size_t n, bool bf16);
+// out[i] = cast(in[i]) + ref[i] (ref may be null).
+void DecodeHalf(const uint16_t* in, const float* ref, float* out, size_t n, bool bf16);
+
+// Blockwise int8 of in[i] - ref[i] (ref may be null): per block of `block`
+// values (the last may be shorter) one float scale absmax / 127 into
+// scales[b], then q[i] = round(x / scale). Non-finite input is not
+// accepted (FiniteAbsMax first).
+void EncodeInt8(const float* in, const float* ref, float* scales, int8_t* q, size_t n,
+                size_t block);
+void DecodeInt8(const float* scales, const int8_t* q, const float* ref, float* out, size_t n,
+                size_t block);
+
+}  // namespace xsilo::compress

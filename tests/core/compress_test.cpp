@@ -1,0 +1,442 @@
+// Tensor codecs (xsilo/core/compress.h): lossless round trips bit for bit,
+// lossy ones within the documented bound, deltas, and refusal of corrupt
+// tables and frames.
+#include "xsilo/core/compress.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <random>
+
+namespace xsilo {
+namespace {
+
+using Json = nlohmann::json;
+
+// Weights as a trained layer has them: normal, small, with a spread of
+// magnitudes (the exponent bytes compress, the mantissas do not).
+std::vector<float> Weights(size_t n, uint32_t seed, float stddev = 0.05f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0, stddev);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+template <typename T>
+Tensor TensorOf(DType dtype, const std::vector<T>& v) {
+  return *Tensor::Make(dtype, {static_cast<int64_t>(v.size())},
+                       Buffer::CopyFrom(v.data(), v.size() * sizeof(T)));
+}
+
+// A tensor of any dtype whose bytes have the structure of that dtype:
+// small integers, bools, or floats of a few magnitudes.
+Tensor Structured(DType dtype, size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> bytes(n * DTypeSize(dtype));
+  auto put = [&](size_t i, const void* p) {
+    std::memcpy(bytes.data() + i * DTypeSize(dtype), p, DTypeSize(dtype));
+  };
+  std::normal_distribution<double> d(0, 0.1);
+  for (size_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case DType::kF64: {
+        double x = d(rng);
+        put(i, &x);
+        break;
+      }
+      case DType::kF32: {
+        float x = static_cast<float>(d(rng));
+        put(i, &x);
+        break;
+      }
+      case DType::kF16:
+      case DType::kBF16: {
+        float x = static_cast<float>(d(rng));
+        uint32_t u;
+        std::memcpy(&u, &x, 4);
+        uint16_t h = static_cast<uint16_t>(u >> 16);  // a bf16 pattern: fine for both
+        put(i, &h);
+        break;
+      }
+      case DType::kI64: {
+        int64_t x = static_cast<int64_t>(rng() % 1000) - 500;
+        put(i, &x);
+        break;
+      }
+      case DType::kI32: {
+        int32_t x = static_cast<int32_t>(rng() % 1000) - 500;
+        put(i, &x);
+        break;
+      }
+      case DType::kI16: {
+        int16_t x = static_cast<int16_t>(static_cast<int>(rng() % 200) - 100);
+        put(i, &x);
+        break;
+      }
+      case DType::kI8:
+      case DType::kU8: {
+        uint8_t x = static_cast<uint8_t>(rng() % 16);
+        put(i, &x);
+        break;
+      }
+      case DType::kBool: {
+        uint8_t x = rng() % 7 == 0;
+        put(i, &x);
+        break;
+      }
+    }
+  }
+  return *Tensor::Make(dtype, {static_cast<int64_t>(n)},
+                       Buffer::CopyFrom(bytes.data(), bytes.size()));
+}
+
+bool SameBytes(const Tensor& a, const Tensor& b) {
+  return a.dtype == b.dtype && a.shape == b.shape && a.nbytes() == b.nbytes() &&
+         std::memcmp(a.data.data(), b.data.data(), a.nbytes()) == 0;
+}
+
+const float* Floats(const Tensor& t) { return reinterpret_cast<const float*>(t.data.data()); }
+
+CompressOptions SmallChunks(int threads) {
+  CompressOptions o;
+  o.chunk_bytes = 64 << 10;  // several chunks per tensor
+  o.threads = threads;
+  return o;
+}
+
+Json TableOf(const Message& m) {
+  return Json::parse(std::get<std::string>(m.params.at(kCodecParam)));
+}
+
+TEST(Compress, LosslessRoundTripOfEveryDTypeIsBitExact) {
+  for (int threads : {1, 3}) {
+    Message m;
+    m.type = "model";
+    m.params["k"] = int64_t{7};
+    const DType all[] = {DType::kF64, DType::kF32, DType::kF16, DType::kBF16, DType::kI64,
+                         DType::kI32, DType::kI16, DType::kI8,  DType::kU8,   DType::kBool};
+    uint32_t seed = 1;
+    for (DType d : all) {
+      // 300,001 elements: several chunks and a short last one.
+      m.tensors.emplace(std::string(DTypeName(d)), Structured(d, 300001, seed++));
+    }
+    const Message original = m;
+    CompressStats st;
+    ASSERT_TRUE(CompressMessage(&m, {}, SmallChunks(threads), nullptr, 0, &st).ok());
+    ASSERT_TRUE(m.params.count(kCodecParam));
+    EXPECT_EQ(st.tensors, std::size(all));
+    EXPECT_LT(st.encoded_bytes, st.raw_bytes);
+    EXPECT_LT(m.payload_bytes(), original.payload_bytes());
+    for (const auto& [name, t] : m.tensors) EXPECT_EQ(t.dtype, DType::kU8) << name;
+    ASSERT_TRUE(DecompressMessage(&m, {}, SmallChunks(threads)).ok());
+    EXPECT_FALSE(m.params.count(kCodecParam));
+    EXPECT_EQ(m.params.at("k"), original.params.at("k"));
+    ASSERT_EQ(m.tensors.size(), original.tensors.size());
+    for (const auto& [name, t] : original.tensors) {
+      EXPECT_TRUE(SameBytes(m.tensors.at(name), t)) << name << " threads " << threads;
+    }
+  }
+}
+
+TEST(Compress, SpecialFloatsSurviveLossless) {
+  std::vector<float> v = Weights(100000, 3);
+  v[0] = std::numeric_limits<float>::quiet_NaN();
+  v[1] = std::numeric_limits<float>::infinity();
+  v[2] = -0.0f;
+  v[3] = std::numeric_limits<float>::denorm_min();
+  uint32_t payload_nan = 0x7fa00001u;  // a signalling NaN with a payload
+  std::memcpy(&v[4], &payload_nan, 4);
+  Message m;
+  m.tensors.emplace("w", TensorOf(DType::kF32, v));
+  const Message original = m;
+  // Lossy recipes keep a tensor with non-finite values lossless.
+  for (Quant q : {Quant::kNone, Quant::kBF16, Quant::kFP16, Quant::kInt8}) {
+    Message c = original;
+    ASSERT_TRUE(CompressMessage(&c, {.quant = q}, {}).ok());
+    ASSERT_TRUE(DecompressMessage(&c).ok());
+    EXPECT_TRUE(SameBytes(c.tensors.at("w"), original.tensors.at("w"))) << QuantName(q);
+  }
+}
+
+TEST(Compress, SmallAndIncompressibleTensorsTravelAsTheyAre) {
+  std::mt19937_64 rng(5);
+  std::vector<uint64_t> noise(1 << 16);
+  for (auto& x : noise) x = rng();
+  Message m;
+  m.tensors.emplace(
+      "noise", TensorOf(DType::kU8, std::vector<uint8_t>(reinterpret_cast<uint8_t*>(noise.data()),
+                                                         reinterpret_cast<uint8_t*>(noise.data()) +
+                                                             noise.size() * 8)));
+  m.tensors.emplace("small", TensorOf(DType::kF32, std::vector<float>(100, 1.0f)));
+  const Message original = m;
+  ASSERT_TRUE(CompressMessage(&m, {}, {}).ok());
+  EXPECT_FALSE(m.params.count(kCodecParam));
+  for (const auto& [name, t] : original.tensors) EXPECT_TRUE(SameBytes(m.tensors.at(name), t));
+  // Compressing twice is refused rather than nested.
+  Message twice;
+  twice.tensors.emplace("w", TensorOf(DType::kF32, std::vector<float>(1 << 16, 0.5f)));
+  ASSERT_TRUE(CompressMessage(&twice, {}, {}).ok());
+  EXPECT_EQ(CompressMessage(&twice, {}, {}).code(), StatusCode::kInvalidArgument);
+}
+
+// Every decoded value within QuantErrorBound of its original.
+void ExpectWithinBound(Quant q, const std::vector<float>& x, const Tensor& got, uint32_t block) {
+  ASSERT_EQ(got.dtype, DType::kF32);
+  ASSERT_EQ(got.nbytes(), x.size() * 4);
+  const float* y = Floats(got);
+  double worst = 0;  // error / bound
+  for (size_t b0 = 0; b0 < x.size(); b0 += block) {
+    float amax = 0;
+    const size_t end = std::min(x.size(), b0 + block);
+    for (size_t i = b0; i < end; ++i) amax = std::max(amax, std::fabs(x[i]));
+    for (size_t i = b0; i < end; ++i) {
+      const double err = std::fabs(static_cast<double>(y[i]) - x[i]);
+      const double bound = QuantErrorBound(q, x[i], amax);
+      ASSERT_LE(err, bound) << QuantName(q) << " value " << i << ": " << x[i] << " -> " << y[i];
+      if (bound > 0) worst = std::max(worst, err / bound);
+    }
+  }
+  // The bound is tight: some value comes within a factor 2 of it.
+  EXPECT_GT(worst, 0.5) << QuantName(q);
+}
+
+TEST(Compress, LossyCodecsStayWithinTheirDocumentedBounds) {
+  std::vector<float> x = Weights(200003, 11);
+  // A spread of magnitudes, including fp16 subnormals and bf16-only range.
+  for (size_t i = 0; i < 1000; ++i) x[i] *= std::ldexp(1.0f, static_cast<int>(i % 40) - 30);
+  for (uint32_t block : {64u, 256u, 4096u}) {
+    for (Quant q : {Quant::kBF16, Quant::kFP16, Quant::kInt8}) {
+      if (q != Quant::kInt8 && block != 256) continue;
+      for (bool zstd : {true, false}) {
+        Message m;
+        m.tensors.emplace("w", TensorOf(DType::kF32, x));
+        CompressOptions o = SmallChunks(2);
+        o.int8_block = block;
+        CompressStats st;
+        ASSERT_TRUE(CompressMessage(&m, {.quant = q, .zstd = zstd}, o, nullptr, 0, &st).ok());
+        const Json table = TableOf(m);
+        EXPECT_EQ(table["t"]["w"]["q"], QuantName(q));
+        const double ideal = q == Quant::kInt8 ? (1 + 4.0 / block) / 4 : 0.5;
+        EXPECT_LE(st.ratio(), ideal + 1e-3) << QuantName(q) << " zstd " << zstd;
+        ASSERT_TRUE(DecompressMessage(&m, {}, o).ok());
+        ExpectWithinBound(q, x, m.tensors.at("w"), block);
+      }
+    }
+  }
+}
+
+TEST(Compress, Fp16FallsBackToBf16BeyondTheHalfRange) {
+  std::vector<float> x = Weights(70000, 13);
+  x[17] = 1e6f;  // beyond 65504
+  Message m;
+  m.tensors.emplace("w", TensorOf(DType::kF32, x));
+  ASSERT_TRUE(CompressMessage(&m, {.quant = Quant::kFP16}, {}).ok());
+  EXPECT_EQ(TableOf(m)["t"]["w"]["q"], "bf16");
+  ASSERT_TRUE(DecompressMessage(&m).ok());
+  ExpectWithinBound(Quant::kBF16, x, m.tensors.at("w"), 256);
+}
+
+TEST(Compress, LossyRecipesLeaveOtherDTypesLossless) {
+  Message m;
+  m.tensors.emplace("steps", Structured(DType::kI64, 20000, 17));
+  m.tensors.emplace("half", Structured(DType::kF16, 80000, 19));
+  const Message original = m;
+  ASSERT_TRUE(CompressMessage(&m, {.quant = Quant::kInt8}, {}).ok());
+  for (const auto& [name, entry] : TableOf(m)["t"].items()) EXPECT_EQ(entry["q"], "none") << name;
+  ASSERT_TRUE(DecompressMessage(&m).ok());
+  for (const auto& [name, t] : original.tensors) EXPECT_TRUE(SameBytes(m.tensors.at(name), t));
+}
+
+TEST(Compress, LosslessDeltaIsExactAndSmallerThanTheTensorAlone) {
+  const std::vector<float> base = Weights(250000, 23);
+  std::vector<float> next = base;
+  std::mt19937 rng(29);
+  std::normal_distribution<float> step(0, 1e-4f);
+  for (auto& x : next) x += step(rng);  // a round of training: small moves
+  TensorMap reference;
+  reference.emplace("w", TensorOf(DType::kF32, base));
+  Message plain, delta;
+  plain.tensors.emplace("w", TensorOf(DType::kF32, next));
+  delta.tensors = plain.tensors;
+  CompressStats ps, ds;
+  ASSERT_TRUE(CompressMessage(&plain, {}, {}, nullptr, 0, &ps).ok());
+  ASSERT_TRUE(CompressMessage(&delta, {.delta = true}, {}, &reference, 4, &ds).ok());
+  EXPECT_LT(ds.encoded_bytes, ps.encoded_bytes);
+  const Json table = TableOf(delta);
+  EXPECT_EQ(table["ref"], 4);
+  EXPECT_EQ(table["t"]["w"]["d"], true);
+  int64_t asked = -1;
+  ASSERT_TRUE(DecompressMessage(&delta, [&](int64_t key) {
+                asked = key;
+                return &reference;
+              }).ok());
+  EXPECT_EQ(asked, 4);
+  EXPECT_TRUE(SameBytes(delta.tensors.at("w"), TensorOf(DType::kF32, next)));
+}
+
+TEST(Compress, LossyDeltaIsBoundedByTheDifference) {
+  const std::vector<float> base = Weights(100000, 31);
+  std::vector<float> next = base;
+  for (size_t i = 0; i < next.size(); ++i) next[i] += 1e-3f * std::sin(static_cast<float>(i));
+  TensorMap reference;
+  reference.emplace("w", TensorOf(DType::kF32, base));
+  for (Quant q : {Quant::kBF16, Quant::kFP16, Quant::kInt8}) {
+    Message m;
+    m.tensors.emplace("w", TensorOf(DType::kF32, next));
+    ASSERT_TRUE(CompressMessage(&m, {.quant = q, .delta = true}, {}, &reference, 1).ok());
+    ASSERT_TRUE(DecompressMessage(&m, [&](int64_t) { return &reference; }).ok());
+    const float* y = Floats(m.tensors.at("w"));
+    for (size_t b0 = 0; b0 < next.size(); b0 += 256) {
+      float amax = 0;
+      const size_t end = std::min(next.size(), b0 + 256);
+      for (size_t i = b0; i < end; ++i) amax = std::max(amax, std::fabs(next[i] - base[i]));
+      for (size_t i = b0; i < end; ++i) {
+        const float d = next[i] - base[i];
+        const double bound = QuantErrorBound(q, d, amax) +
+                             std::fabs(static_cast<double>(next[i])) * 0x1p-24 + 0x1p-149;
+        ASSERT_LE(std::fabs(static_cast<double>(y[i]) - next[i]), bound) << QuantName(q) << i;
+      }
+    }
+  }
+}
+
+TEST(Compress, DeltaWithoutTheReferenceIsRefusedAndLeavesTheMessage) {
+  TensorMap reference;
+  reference.emplace("w", TensorOf(DType::kF32, Weights(70000, 37)));
+  Message m;
+  m.tensors.emplace("w", TensorOf(DType::kF32, Weights(70000, 41)));
+  ASSERT_TRUE(CompressMessage(&m, {.delta = true}, {}, &reference, 9).ok());
+  const Message sent = m;
+  Status s = DecompressMessage(&m);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  s = DecompressMessage(&m, [](int64_t) { return nullptr; });
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  // A reference that differs from the sender's (another round's model).
+  TensorMap other;
+  other.emplace("w", TensorOf(DType::kF32, Weights(70000, 43)));
+  s = DecompressMessage(&m, [&](int64_t) { return &other; });
+  EXPECT_EQ(s.code(), StatusCode::kCorrupt) << s.ToString();
+  EXPECT_TRUE(m.params.count(kCodecParam));
+  EXPECT_TRUE(SameBytes(m.tensors.at("w"), sent.tensors.at("w")));
+}
+
+class CompressCorrupt : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    m_.tensors.emplace("a", TensorOf(DType::kF32, Weights(200000, 47)));
+    m_.tensors.emplace("b", Structured(DType::kI32, 100000, 53));
+    ASSERT_TRUE(CompressMessage(&m_, {}, SmallChunks(2)).ok());
+  }
+  // Decoding `m` fails as Corrupt and leaves it unchanged.
+  void ExpectCorrupt(Message m, const std::string& what) {
+    const Message before = m;
+    Status s = DecompressMessage(&m, {}, SmallChunks(2));
+    EXPECT_EQ(s.code(), StatusCode::kCorrupt) << what << ": " << s.ToString();
+    EXPECT_EQ(m.params, before.params) << what;
+    for (const auto& [name, t] : before.tensors) EXPECT_TRUE(SameBytes(m.tensors.at(name), t));
+  }
+  Message WithTable(const Json& table) {
+    Message m = m_;
+    m.params[kCodecParam] = table.dump();
+    return m;
+  }
+  Message m_;
+};
+
+TEST_F(CompressCorrupt, AFlippedByteInAnyChunkIsRefused) {
+  const uint64_t n = m_.tensors.at("a").nbytes();
+  for (uint64_t at : {uint64_t{0}, n / 3, n / 2, n - 1}) {
+    Message m = m_;
+    Tensor& t = m.tensors.at("a");
+    Buffer copy = Buffer::CopyFrom(t.data.data(), t.nbytes());
+    copy.mutable_data()[at] ^= 0x10;
+    t.data = copy;
+    ExpectCorrupt(m, "flip at " + std::to_string(at));
+  }
+}
+
+TEST_F(CompressCorrupt, MalformedTablesAreRefused) {
+  const Json good = TableOf(m_);
+  ExpectCorrupt(WithTable(Json::array()), "not an object");
+  Message text = m_;
+  text.params[kCodecParam] = std::string("{\"v\":1,");
+  ExpectCorrupt(text, "truncated json");
+  Message number = m_;
+  number.params[kCodecParam] = int64_t{1};
+  ExpectCorrupt(number, "not a string");
+  auto edit = [&](auto fn, const std::string& what) {
+    Json j = good;
+    fn(j);
+    ExpectCorrupt(WithTable(j), what);
+  };
+  edit([](Json& j) { j["v"] = 2; }, "version");
+  edit([](Json& j) { j["t"]["missing"] = j["t"]["a"]; }, "names a tensor not there");
+  edit([](Json& j) { j["t"]["a"]["chunks"].erase(0); }, "a chunk dropped");
+  edit([](Json& j) { j["t"]["a"]["chunks"][0][0] = 1; }, "a chunk length");
+  edit([](Json& j) { j["t"]["a"]["chunks"][1][2] = 12345; }, "a checksum");
+  edit([](Json& j) { j["t"]["a"]["shape"] = Json::array({1, -1}); }, "a negative dim");
+  edit([](Json& j) { j["t"]["a"]["shape"] = Json::array({1ll << 40, 1ll << 20}); }, "huge shape");
+  edit([](Json& j) { j["t"]["a"]["ce"] = 0; }, "zero chunk");
+  edit([](Json& j) { j["t"]["a"]["dtype"] = "F33"; }, "dtype");
+  edit([](Json& j) { j["t"]["a"]["q"] = "int4"; }, "quantization");
+  edit([](Json& j) { j["t"]["b"]["q"] = "bf16"; }, "lossy on an integer tensor");
+  edit([](Json& j) { j["t"]["a"]["q"] = "int8"; }, "int8 without a block");
+  edit([](Json& j) { j["t"]["a"]["d"] = true; }, "delta without a reference");
+  edit([](Json& j) { j["t"]["a"]["chunks"][0] = "x"; }, "a chunk not an array");
+  // The encoded tensor must be the U8 the table describes.
+  Message wrong = m_;
+  wrong.tensors.at("a").dtype = DType::kI8;
+  ExpectCorrupt(wrong, "encoded tensor's dtype");
+}
+
+TEST(Compress, EstimateSeesCompressibility) {
+  Message weights;
+  weights.tensors.emplace("w", TensorOf(DType::kF32, Weights(1 << 20, 59)));
+  std::mt19937_64 rng(61);
+  std::vector<uint64_t> noise(1 << 19);
+  for (auto& x : noise) x = rng();
+  TensorMap random;
+  random.emplace("n", *Tensor::Make(DType::kU8, {static_cast<int64_t>(noise.size() * 8)},
+                                    Buffer::CopyFrom(noise.data(), noise.size() * 8)));
+  const CodecEstimate w = EstimateCodec(weights.tensors, {}, {});
+  const CodecEstimate r = EstimateCodec(random, {}, {});
+  const CodecEstimate q = EstimateCodec(weights.tensors, {.quant = Quant::kInt8}, {});
+  EXPECT_GT(w.sampled_bytes, 0u);
+  EXPECT_LT(w.ratio, 0.97);   // shuffled float exponents compress
+  EXPECT_GE(r.ratio, 0.999);  // noise does not
+  EXPECT_LT(q.ratio, 0.27);
+  EXPECT_GT(w.encode_Bps, 0);
+  EXPECT_GT(w.decode_Bps, 0);
+  // And the estimate agrees with a full compression of the payload.
+  CompressStats st;
+  ASSERT_TRUE(CompressMessage(&weights, {}, {}, nullptr, 0, &st).ok());
+  EXPECT_NEAR(w.ratio, st.ratio(), 0.02);
+}
+
+TEST(Compress, TensorOver2GiB) {
+  // 2 GiB + 3 bytes of mostly zeros: 64-bit offsets and chunk counts.
+  const uint64_t n = (2ull << 30) + 3;
+  auto buf = Buffer::Allocate(n);
+  ASSERT_TRUE(buf.ok());
+  std::memset(buf->mutable_data(), 0, n);
+  buf->mutable_data()[n - 1] = 42;
+  buf->mutable_data()[1ull << 31] = 7;
+  Message m;
+  m.tensors.emplace("big", *Tensor::Make(DType::kU8, {static_cast<int64_t>(n)}, *buf));
+  CompressStats st;
+  ASSERT_TRUE(CompressMessage(&m, {}, {}, nullptr, 0, &st).ok());
+  EXPECT_LT(st.encoded_bytes, n / 1000);
+  ASSERT_TRUE(DecompressMessage(&m).ok());
+  const Tensor& t = m.tensors.at("big");
+  ASSERT_EQ(t.nbytes(), n);
+  EXPECT_EQ(t.data.data()[n - 1], 42);
+  EXPECT_EQ(t.data.data()[1ull << 31], 7);
+  EXPECT_EQ(t.data.data()[n / 2], 0);
+}
+
+}  // namespace
+}  // namespace xsilo
