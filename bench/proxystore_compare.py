@@ -21,7 +21,7 @@ pydantic, cloudpickle, lazy-object-proxy and redis packages:
 
 (the script writes the dist-info stub ProxyStore's __init__ asks
 importlib.metadata for, if it is missing). Prints a table and writes JSON
-(default bench/results/proxystore_compare/proxystore_compare.json).
+(default results/proxystore_compare/proxystore_compare.json).
 """
 
 import argparse
@@ -256,9 +256,9 @@ def main():
     ap.add_argument("--executor-reps", type=int, default=10)
     ap.add_argument("--reps-scale", type=float, default=1.0)
     ap.add_argument("--dir", default=None, help="where the file stores live (default: a tmp dir)")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                  "results", "proxystore_compare",
-                                                  "proxystore_compare.json"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.dirname(
+                        os.path.abspath(__file__))), "results", "proxystore_compare",
+                        "proxystore_compare.json"))
     args = ap.parse_args()
 
     version = import_proxystore(args.proxystore)
