@@ -3,7 +3,7 @@
 #            fuzz smoke run, AddressSanitizer run)
 # make fuzz  fuzz every parser of untrusted input FUZZ_RUNS times each
 #            (wire-format decoder, tensorpipe descriptor, grpc frames and reassembly,
-#            S3 HTTP head, SigV4, S3 XML, TOML job file)
+#            S3 HTTP head, SigV4, S3 XML, TOML job file, tensor codecs)
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -13,7 +13,7 @@ FUZZ_RUNS  ?= 200000
 CTEST_JOBS ?= 2
 # Fuzzers with a seed corpus in fuzz/seeds/<name without fuzz_> and, for
 # some, a dictionary in fuzz/dicts/<name without fuzz_>.dict.
-PARSER_FUZZERS = fuzz_grpc_reassembly fuzz_grpc_wire fuzz_s3_chunked fuzz_s3_http fuzz_s3_sigv4 fuzz_s3_xml \
+PARSER_FUZZERS = fuzz_compress fuzz_grpc_reassembly fuzz_grpc_wire fuzz_s3_chunked fuzz_s3_http fuzz_s3_sigv4 fuzz_s3_xml \
   fuzz_toml_config
 
 .PHONY: all deps configure build run test unit asan fuzz fuzz-build format clean
