@@ -246,7 +246,8 @@ TEST(Compress, LossyRecipesLeaveOtherDTypesLossless) {
   m.tensors.emplace("half", Structured(DType::kF16, 80000, 19));
   const Message original = m;
   ASSERT_TRUE(CompressMessage(&m, {.quant = Quant::kInt8}, {}).ok());
-  for (const auto& [name, entry] : TableOf(m)["t"].items()) EXPECT_EQ(entry["q"], "none") << name;
+  const auto table = TableOf(m);  // the range below must not iterate a temporary
+  for (const auto& [name, entry] : table["t"].items()) EXPECT_EQ(entry["q"], "none") << name;
   ASSERT_TRUE(DecompressMessage(&m).ok());
   for (const auto& [name, t] : original.tensors) EXPECT_TRUE(SameBytes(m.tensors.at(name), t));
 }
