@@ -45,8 +45,11 @@ class MeteredTransport final : public Transport {
   std::string RouteReason() const override { return inner_->RouteReason(); }
   Status Start() override { return inner_->Start(); }
   void Stop() override {
-    inner_->Stop();
+    // Close ours first: a delivery blocked on our full inbox holds the
+    // inner transport's delivering thread (inproc: the sender's, under the
+    // gate the inner Stop takes), which the inner Stop waits for.
     CloseInbox();
+    inner_->Stop();
   }
 
   void SendAsync(int32_t peer, Message message, SendCallback done) override {

@@ -4,6 +4,7 @@
 
 #include "transport/builtin.h"
 #include "transport/faulty/faulty.h"
+#include "xsilo/transport/compression.h"
 
 namespace xsilo {
 
@@ -70,6 +71,18 @@ Result<std::unique_ptr<Transport>> TransportRegistry::Create(
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
     return InvalidArgument("rank " + std::to_string(options.rank) + " outside world of " +
                            std::to_string(options.world_size));
+  }
+  // compression* options wrap the whole backend (faults, when asked for,
+  // then strike compressed frames).
+  {
+    CompressionPolicy policy;
+    TransportOptions rest;
+    XSILO_ASSIGN_OR_RETURN(bool compress, ParseCompressionOptions(options, &policy, &rest));
+    if (rest.backend.size() != options.backend.size()) {
+      XSILO_ASSIGN_OR_RETURN(std::unique_ptr<Transport> t, Create(name, rest));
+      if (!compress) return t;
+      return MakeCompressingTransport(std::move(t), std::move(policy));
+    }
   }
   std::string inner;
   if (Decorated(name, &inner)) {

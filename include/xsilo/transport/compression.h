@@ -1,0 +1,97 @@
+// A transport decorator that compresses tensors on the way out and
+// decodes them on the way in (xsilo/core/compress.h, docs/compression.md),
+// chosen per message. The registry installs it around any backend whose
+// options carry `compression=...`; a hybrid backend under it stores the
+// compressed object, so it is uploaded once and every receiver pulls fewer
+// bytes.
+//
+// Backend options (removed before the inner backend sees its options):
+//   compression=none|auto|lossless|bf16|fp16|int8
+//       the codecs the job allows: auto and lossless allow only lossless
+//       zstd; bf16, fp16 and int8 allow that cast (with or without zstd
+//       after it) as well as lossless. none: no decorator at all.
+//   compression.when=auto|always   auto (default): per message, only where
+//       the prediction says it pays; always: the strongest allowed codec on
+//       every eligible message.
+//   compression.level=1            zstd level (1..19)
+//   compression.threads=0          encode/decode threads (0: hardware, <= 4)
+//   compression.int8_block=256     values per int8 block (64..4096, 2^k)
+//   compression.min_tensor_bytes=65536   smaller tensors travel as they are
+//   compression.min_message_bytes=1048576  auto never compresses below this
+//   compression.link_MBps=0        the link's throughput to assume before a
+//       send to the peer was measured (0: send uncompressed and measure)
+//
+// Threading: a send is encoded on the calling thread (SendAsync returns
+// after encoding; the inner send is asynchronous as before); a message is
+// decoded on the inner transport's delivering thread, before it reaches the
+// inbox. A message that cannot be decoded (corrupt, or a delta whose
+// reference this party does not hold) is dropped with a line on stderr,
+// never delivered half decoded.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "xsilo/core/compress.h"
+#include "xsilo/transport/transport.h"
+
+namespace xsilo {
+
+struct CompressionPolicy {
+  // The lossy cast the job allows (kNone: lossless only).
+  Quant allowed = Quant::kNone;
+  bool always = false;
+  CompressOptions codec;
+  uint64_t min_message_bytes = 1 << 20;
+  double link_Bps_prior = 0;
+  // A codec must beat sending as it is by this fraction of the time.
+  double margin = 0.05;
+};
+
+// Whether options.backend asks for compression; if so *policy is filled
+// and *rest gets the other options. InvalidArgument for a bad value.
+Result<bool> ParseCompressionOptions(const TransportOptions& options, CompressionPolicy* policy,
+                                     TransportOptions* rest);
+
+std::unique_ptr<Transport> MakeCompressingTransport(std::unique_ptr<Transport> inner,
+                                                    CompressionPolicy policy);
+
+// One candidate's figures, for the choice.
+struct CodecCandidate {
+  CodecEstimate estimate;
+  uint64_t eligible_bytes = 0;  // what it would encode (CompressibleBytes)
+};
+
+struct CompressionChoice {
+  bool compress = false;
+  TensorRecipe recipe;
+  double predicted_s = 0;     // with the chosen recipe
+  double uncompressed_s = 0;  // sending as it is
+  double ratio = 1;           // estimated encoded / raw of the eligible bytes
+  std::string reason;         // one line, for the debug log
+};
+
+// The prediction behind compression.when=auto, pure: a message of
+// `message_bytes` over a link of `link_Bps` takes message_bytes / link_Bps
+// as it is; with a candidate, eligible / (encode speed x threads) +
+// (message - eligible + eligible x ratio) / link_Bps + eligible / (decode
+// speed x threads). The fastest candidate wins if it beats the plain send
+// by `margin`. `link_Bps` <= 0 (unknown) never compresses.
+CompressionChoice ChooseCompression(uint64_t message_bytes, double link_Bps, int threads,
+                                    const std::vector<CodecCandidate>& candidates, double margin);
+
+// What a compressing transport did so far (the bench JSON reads it).
+struct CompressionSummary {
+  uint64_t messages_sent = 0;
+  uint64_t messages_compressed = 0;
+  uint64_t raw_bytes = 0;      // tensor bytes of the tensors it encoded
+  uint64_t encoded_bytes = 0;  // what they became
+  double encode_seconds = 0;
+  double decode_seconds = 0;
+  std::string last_choice;  // the last message's reason line
+};
+// The summary of `t` when it is a compressing transport; nullopt otherwise.
+std::optional<CompressionSummary> CompressionSummaryOf(const Transport& t);
+
+}  // namespace xsilo

@@ -1,0 +1,495 @@
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "xsilo/transport/compression.h"
+
+namespace xsilo {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kPrefix = "compression.";
+
+// XSILO_DEBUG set (non-empty, not "0"): each choice goes to stderr.
+bool DebugLog() {
+  static const bool on = [] {
+    const char* v = std::getenv("XSILO_DEBUG");
+    return v != nullptr && *v != 0 && std::string(v) != "0";
+  }();
+  return on;
+}
+
+std::string Fixed(double x, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+
+std::string RecipeName(const TensorRecipe& r) {
+  std::string s = r.quant == Quant::kNone ? "lossless" : std::string(QuantName(r.quant));
+  if (r.quant != Quant::kNone && r.zstd) s += "+zstd";
+  if (r.delta) s += " delta";
+  return s;
+}
+
+int EffectiveThreads(int threads) {
+  if (threads > 0) return threads;
+  return static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 4));
+}
+
+// Goodput of the sends to one peer (bytes on the wire over the time from
+// the inner SendAsync to its completion), smoothed.
+struct LinkRate {
+  double Bps = 0;
+  int samples = 0;
+  void Add(double x) {
+    Bps = samples == 0 ? x : 0.5 * Bps + 0.5 * x;
+    ++samples;
+  }
+};
+
+// Sends of fewer bytes are mostly round trips: they say little about the
+// link's throughput.
+constexpr uint64_t kMinMeasuredBytes = 256 << 10;
+// References (kDeltaRefParam) kept: the newest ones.
+constexpr size_t kReferencesKept = 2;
+
+class CompressingTransport final : public Transport {
+ public:
+  CompressingTransport(std::unique_ptr<Transport> inner, CompressionPolicy policy)
+      : Transport(inner->options()), inner_(std::move(inner)), policy_(std::move(policy)) {
+    inner_->SetForwarder([this](Message m, const std::function<bool()>& abandon) {
+      return OnReceive(std::move(m), abandon);
+    });
+  }
+  ~CompressingTransport() override { Stop(); }
+
+  std::string_view name() const override { return inner_->name(); }
+  std::string RouteReason() const override { return inner_->RouteReason(); }
+  Status Start() override { return inner_->Start(); }
+  void Stop() override {
+    // Close ours first: a delivery blocked on our full inbox holds the
+    // inner transport's delivering thread, which the inner Stop waits for.
+    CloseInbox();
+    inner_->Stop();
+  }
+
+  void SendAsync(int32_t peer, Message message, SendCallback done) override {
+    Send({peer}, std::move(message), std::move(done), /*broadcast=*/false);
+  }
+  void BroadcastAsync(std::vector<int32_t> peers, Message message, SendCallback done) override {
+    Send(std::move(peers), std::move(message), std::move(done), /*broadcast=*/true);
+  }
+
+  CompressionSummary Summary() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return summary_;
+  }
+
+ private:
+  // What a send leaves for its completion.
+  struct Prepared {
+    std::optional<int64_t> reference_key;  // kDeltaRefParam of the message
+    std::shared_ptr<const TensorMap> reference;
+  };
+
+  // Checks the peers, encodes, and hands the message to the inner
+  // transport with a completion that measures the link.
+  void Send(std::vector<int32_t> peers, Message message, SendCallback done, bool broadcast) {
+    for (int32_t p : peers) {
+      if (Status s = CheckPeer(p); !s.ok()) {
+        if (done) done(s);
+        return;
+      }
+    }
+    auto prepared = Prepare(peers, &message);
+    if (!prepared.ok()) {
+      if (done) done(prepared.status());
+      return;
+    }
+    const uint64_t wire = message.payload_bytes();
+    auto finish = Finisher(peers, wire, Clock::now(), *std::move(prepared), std::move(done));
+    if (broadcast) {
+      inner_->BroadcastAsync(std::move(peers), std::move(message), std::move(finish));
+    } else {
+      inner_->SendAsync(peers.front(), std::move(message), std::move(finish));
+    }
+  }
+
+  // Chooses, encodes, and notes the reference the message establishes.
+  Result<Prepared> Prepare(const std::vector<int32_t>& peers, Message* m) {
+    Prepared p;
+    std::optional<int64_t> base;
+    if (auto it = m->params.find(kDeltaBaseParam); it != m->params.end()) {
+      if (auto v = m->GetInt(kDeltaBaseParam); v.ok()) base = *v;
+      m->params.erase(it);
+    }
+    if (auto v = m->GetInt(kDeltaRefParam); v.ok()) p.reference_key = *v;
+    std::shared_ptr<const TensorMap> reference;
+    if (base) reference = ReferenceHeldBy(*base, peers);
+    TensorMap original;  // shares the Buffers
+    if (p.reference_key) original = m->tensors;
+
+    const CompressOptions& o = policy_.codec;
+    const uint64_t bytes = m->payload_bytes();
+    CompressionChoice choice;
+    if (bytes == 0) {
+      choice.reason = "nothing to compress";
+    } else if (policy_.always) {
+      choice.compress = true;
+      choice.recipe = Strongest(reference != nullptr);
+      choice.reason = RecipeName(choice.recipe) + " (compression.when=always)";
+    } else if (bytes < policy_.min_message_bytes) {
+      choice.reason =
+          "none: " + std::to_string(bytes) + " B is under compression.min_message_bytes";
+    } else {
+      choice = Choose(peers, *m, reference.get());
+    }
+
+    CompressStats st;
+    if (choice.compress) {
+      XSILO_RETURN_IF_ERROR(CompressMessage(m, choice.recipe, o,
+                                            choice.recipe.delta ? reference.get() : nullptr,
+                                            base.value_or(0), &st)
+                                .WithContext("compressing the message"));
+      if (st.tensors > 0) {
+        choice.reason += "; sent " + Fixed(st.ratio(), 3) + " of " + std::to_string(st.raw_bytes) +
+                         " B, encoded in " + Fixed(st.seconds * 1e3, 1) + " ms";
+      }
+    }
+    if (DebugLog()) {
+      std::cerr << "xsilo compression rank " << rank() << " -> " << PeersText(peers) << ": "
+                << choice.reason << "\n";
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++summary_.messages_sent;
+      if (st.tensors > 0) ++summary_.messages_compressed;
+      summary_.raw_bytes += st.raw_bytes;
+      summary_.encoded_bytes += st.encoded_bytes;
+      summary_.encode_seconds += st.seconds;
+      summary_.last_choice = choice.reason;
+    }
+    if (p.reference_key) {
+      // Receivers will hold what they decode: for a lossy codec that is not
+      // what we had, so decode our own frame to hold the same. Held from
+      // now on, as a receiver's update against it may arrive before this
+      // send's completion; the peers count as holders once it completes.
+      if (m->params.count(kCodecParam) && choice.recipe.quant != Quant::kNone) {
+        Message copy = *m;
+        std::shared_ptr<const TensorMap> pin;
+        XSILO_RETURN_IF_ERROR(DecompressMessage(&copy, Lookup(&pin), o));
+        p.reference = std::make_shared<const TensorMap>(std::move(copy.tensors));
+      } else {
+        p.reference = std::make_shared<const TensorMap>(std::move(original));
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      Keep(*p.reference_key, p.reference, {});
+    }
+    return p;
+  }
+
+  SendCallback Finisher(std::vector<int32_t> peers, uint64_t wire, Clock::time_point start,
+                        Prepared prepared, SendCallback done) {
+    return [this, peers = std::move(peers), wire, start, prepared = std::move(prepared),
+            done = std::move(done)](const Status& s) {
+      if (s.ok()) {
+        const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        std::lock_guard<std::mutex> lock(mu_);
+        if (wire >= kMinMeasuredBytes && seconds > 0) {
+          for (int32_t p : peers) rates_[p].Add(static_cast<double>(wire) / seconds);
+        }
+        if (prepared.reference_key && prepared.reference) {
+          Keep(*prepared.reference_key, prepared.reference, peers);
+        }
+      }
+      if (done) done(s);
+    };
+  }
+
+  // The strongest recipe allowed (compression.when=always).
+  TensorRecipe Strongest(bool delta) const {
+    TensorRecipe r;
+    r.quant = policy_.allowed;
+    r.zstd = true;
+    r.delta = delta;
+    return r;
+  }
+
+  CompressionChoice Choose(const std::vector<int32_t>& peers, const Message& m,
+                           const TensorMap* reference) {
+    double link = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int32_t p : peers) {
+        auto it = rates_.find(p);
+        const double r =
+            it != rates_.end() && it->second.samples > 0 ? it->second.Bps : policy_.link_Bps_prior;
+        link = link == 0 ? r : std::min(link, r);
+        if (r <= 0) {
+          link = 0;
+          break;
+        }
+      }
+    }
+    if (link <= 0) {
+      CompressionChoice c;
+      c.reason = "none: the link is not measured yet (compression.link_MBps gives a prior)";
+      return c;
+    }
+    std::vector<TensorRecipe> recipes;
+    for (bool delta : {false, true}) {
+      if (delta && reference == nullptr) continue;
+      recipes.push_back({Quant::kNone, true, delta});
+      if (policy_.allowed != Quant::kNone) {
+        recipes.push_back({policy_.allowed, false, delta});
+        recipes.push_back({policy_.allowed, true, delta});
+      }
+    }
+    std::vector<CodecCandidate> candidates;
+    for (const auto& r : recipes) {
+      CodecCandidate c;
+      c.eligible_bytes = CompressibleBytes(m.tensors, r, policy_.codec);
+      if (c.eligible_bytes == 0) continue;
+      c.estimate = EstimateCodec(m.tensors, r, policy_.codec, r.delta ? reference : nullptr);
+      candidates.push_back(c);
+    }
+    return ChooseCompression(m.payload_bytes(), link, EffectiveThreads(policy_.codec.threads),
+                             candidates, policy_.margin);
+  }
+
+  // The reference of `key` when every one of `peers` holds it too.
+  std::shared_ptr<const TensorMap> ReferenceHeldBy(int64_t key, const std::vector<int32_t>& peers) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = references_.find(key);
+    if (it == references_.end()) return nullptr;
+    for (int32_t p : peers) {
+      if (!it->second.holders.count(p)) return nullptr;
+    }
+    return it->second.tensors;
+  }
+
+  // Caller holds mu_.
+  void Keep(int64_t key, std::shared_ptr<const TensorMap> tensors,
+            const std::vector<int32_t>& holders) {
+    Reference& r = references_[key];
+    if (r.tensors != tensors) {
+      r.tensors = std::move(tensors);
+      r.holders.clear();
+    }
+    r.holders.insert(holders.begin(), holders.end());
+    while (references_.size() > kReferencesKept) references_.erase(references_.begin());
+  }
+
+  // Looks references up for a decode; *pin keeps the one found alive
+  // while the decode runs, whatever Keep evicts meanwhile.
+  ReferenceLookup Lookup(std::shared_ptr<const TensorMap>* pin) {
+    return [this, pin](int64_t key) -> const TensorMap* {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = references_.find(key);
+      if (it == references_.end()) return nullptr;
+      *pin = it->second.tensors;
+      return pin->get();
+    };
+  }
+
+  Status OnReceive(Message m, const std::function<bool()>& abandon) {
+    if (m.params.count(kCodecParam)) {
+      const auto start = Clock::now();
+      std::shared_ptr<const TensorMap> pin;
+      Status s = DecompressMessage(&m, Lookup(&pin), policy_.codec);
+      if (!s.ok()) {
+        std::cerr << "xsilo compression rank " << rank() << ": dropping message from rank "
+                  << m.sender << ": " << s.ToString() << "\n";
+        return Status::OK();
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      summary_.decode_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    if (auto key = m.GetInt(kDeltaRefParam); key.ok()) {
+      // Our own copy: the receiver may change the tensors it was given.
+      auto copy = std::make_shared<TensorMap>();
+      for (const auto& [name, t] : m.tensors) {
+        (*copy)[name] =
+            *Tensor::Make(t.dtype, t.shape, Buffer::CopyFrom(t.data.data(), t.nbytes()));
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      Keep(*key, std::move(copy), {m.sender});
+    }
+    return Deliver(std::move(m), abandon);
+  }
+
+  static std::string PeersText(const std::vector<int32_t>& peers) {
+    std::string s = peers.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < peers.size(); ++i) s += (i ? "," : "") + std::to_string(peers[i]);
+    return s;
+  }
+
+  struct Reference {
+    std::shared_ptr<const TensorMap> tensors;
+    std::set<int32_t> holders;  // peers known to hold the same tensors
+  };
+
+  std::unique_ptr<Transport> inner_;
+  const CompressionPolicy policy_;
+  mutable std::mutex mu_;
+  std::map<int32_t, LinkRate> rates_;
+  std::map<int64_t, Reference> references_;
+  CompressionSummary summary_;
+};
+
+Result<double> ParseDouble(const std::string& key, const std::string& s) {
+  double v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size() || v < 0) {
+    return InvalidArgument("backend option " + key + "='" + s + "' is not a number >= 0");
+  }
+  return v;
+}
+
+}  // namespace
+
+CompressionChoice ChooseCompression(uint64_t message_bytes, double link_Bps, int threads,
+                                    const std::vector<CodecCandidate>& candidates, double margin) {
+  CompressionChoice best;
+  if (link_Bps <= 0 || message_bytes == 0) {
+    best.reason = "none: the link's throughput is unknown";
+    return best;
+  }
+  const double total = static_cast<double>(message_bytes);
+  best.uncompressed_s = best.predicted_s = total / link_Bps;
+  const double th = std::max(1, threads);
+  std::string tried;
+  const CodecCandidate* chosen = nullptr;
+  for (const auto& c : candidates) {
+    const auto& e = c.estimate;
+    if (e.encode_Bps <= 0 || e.decode_Bps <= 0 || c.eligible_bytes == 0) continue;
+    const double eligible = static_cast<double>(std::min(c.eligible_bytes, message_bytes));
+    const double t = eligible / (e.encode_Bps * th) +
+                     (total - eligible + eligible * e.ratio) / link_Bps +
+                     eligible / (e.decode_Bps * th);
+    tried += (tried.empty() ? "" : ", ") + RecipeName(e.recipe) + " " + Fixed(t, 3) + " s (ratio " +
+             Fixed(e.ratio, 3) + ")";
+    if (t < best.predicted_s) {
+      best.predicted_s = t;
+      chosen = &c;
+    }
+  }
+  const std::string tail = " at " + Fixed(link_Bps / 1e6, 1) + " MB/s: as it is " +
+                           Fixed(best.uncompressed_s, 3) + " s" +
+                           (tried.empty() ? "" : ", " + tried);
+  if (chosen != nullptr && best.predicted_s < best.uncompressed_s * (1 - margin)) {
+    best.compress = true;
+    best.recipe = chosen->estimate.recipe;
+    best.ratio = chosen->estimate.ratio;
+    best.reason = RecipeName(best.recipe) + tail;
+  } else {
+    best.predicted_s = best.uncompressed_s;
+    best.reason = "none" + tail;
+  }
+  return best;
+}
+
+Result<bool> ParseCompressionOptions(const TransportOptions& options, CompressionPolicy* policy,
+                                     TransportOptions* rest) {
+  *rest = options;
+  rest->backend.clear();
+  std::map<std::string, std::string> own;
+  for (const auto& [k, v] : options.backend) {
+    if (k == "compression" || k.rfind(kPrefix, 0) == 0) {
+      own[k] = v;
+    } else {
+      rest->backend[k] = v;
+    }
+  }
+  if (own.empty()) return false;
+  CompressionPolicy p;
+  const std::string mode = own.count("compression") ? own["compression"] : "";
+  if (mode.empty()) {
+    return InvalidArgument("compression.* options need compression=auto|lossless|bf16|fp16|int8");
+  }
+  if (mode == "none") return false;
+  if (mode == "auto" || mode == "lossless") {
+    p.allowed = Quant::kNone;
+  } else if (mode == "bf16") {
+    p.allowed = Quant::kBF16;
+  } else if (mode == "fp16") {
+    p.allowed = Quant::kFP16;
+  } else if (mode == "int8") {
+    p.allowed = Quant::kInt8;
+  } else {
+    return InvalidArgument("compression='" + mode +
+                           "' is none of none, auto, lossless, bf16, fp16, int8");
+  }
+  auto number = [&](const std::string& key, double fallback) -> Result<double> {
+    auto it = own.find(key);
+    if (it == own.end()) return fallback;
+    return ParseDouble(key, it->second);
+  };
+  for (const auto& [k, v] : own) {
+    static const std::set<std::string> kKnown = {"compression",
+                                                 "compression.when",
+                                                 "compression.level",
+                                                 "compression.threads",
+                                                 "compression.int8_block",
+                                                 "compression.min_tensor_bytes",
+                                                 "compression.min_message_bytes",
+                                                 "compression.link_MBps"};
+    if (!kKnown.count(k)) {
+      std::string list;
+      for (const auto& n : kKnown) list += (list.empty() ? "" : ", ") + n;
+      return InvalidArgument("unknown backend option '" + k + "' (known: " + list + ")");
+    }
+  }
+  if (auto it = own.find("compression.when"); it != own.end()) {
+    if (it->second != "auto" && it->second != "always") {
+      return InvalidArgument("compression.when='" + it->second + "' is neither auto nor always");
+    }
+    p.always = it->second == "always";
+  }
+  XSILO_ASSIGN_OR_RETURN(double level, number("compression.level", 1));
+  XSILO_ASSIGN_OR_RETURN(double threads, number("compression.threads", 0));
+  XSILO_ASSIGN_OR_RETURN(double block, number("compression.int8_block", 256));
+  XSILO_ASSIGN_OR_RETURN(double min_tensor, number("compression.min_tensor_bytes", 64 << 10));
+  XSILO_ASSIGN_OR_RETURN(double min_message, number("compression.min_message_bytes", 1 << 20));
+  XSILO_ASSIGN_OR_RETURN(double mbps, number("compression.link_MBps", 0));
+  if (level < 1 || level > 19 || level != static_cast<int>(level)) {
+    return InvalidArgument("compression.level must be an integer in 1..19");
+  }
+  if (threads > 64 || threads != static_cast<int>(threads)) {
+    return InvalidArgument("compression.threads must be an integer in 0..64");
+  }
+  const auto b = static_cast<uint32_t>(block);
+  if (block != b || b < 64 || b > 4096 || (b & (b - 1)) != 0) {
+    return InvalidArgument("compression.int8_block must be a power of two in 64..4096");
+  }
+  p.codec.zstd_level = static_cast<int>(level);
+  p.codec.threads = static_cast<int>(threads);
+  p.codec.int8_block = b;
+  p.codec.min_tensor_bytes = static_cast<uint64_t>(min_tensor);
+  p.min_message_bytes = static_cast<uint64_t>(min_message);
+  p.link_Bps_prior = mbps * 1e6;
+  *policy = p;
+  return true;
+}
+
+std::unique_ptr<Transport> MakeCompressingTransport(std::unique_ptr<Transport> inner,
+                                                    CompressionPolicy policy) {
+  return std::make_unique<CompressingTransport>(std::move(inner), std::move(policy));
+}
+
+std::optional<CompressionSummary> CompressionSummaryOf(const Transport& t) {
+  if (const auto* c = dynamic_cast<const CompressingTransport*>(&t)) return c->Summary();
+  return std::nullopt;
+}
+
+}  // namespace xsilo

@@ -1,0 +1,343 @@
+// The compressing transport (xsilo/transport/compression.h): options, the
+// per-message choice, round trips, deltas against a held reference, and
+// frames that cannot be decoded. Conformance runs in inproc_test.cpp.
+#include "xsilo/transport/compression.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <future>
+#include <random>
+
+#include "transport/conformance.h"
+#include "xsilo/transport/registry.h"
+
+XSILO_TRANSPORT_CONFORMANCE(InprocCompressed,
+                            {.backend = "inproc",
+                             .backend_options = {{"compression", "lossless"},
+                                                 {"compression.when", "always"},
+                                                 {"compression.min_tensor_bytes", "1"}},
+                             .label = "inproc_compressed",
+                             // Each receiver decodes into its own Buffer, in
+                             // the sender's process.
+                             .measure_broadcast_memory = false});
+
+namespace xsilo {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::vector<float> Weights(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0, 0.05f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+Tensor F32(const std::vector<float>& v) {
+  return *Tensor::Make(DType::kF32, {static_cast<int64_t>(v.size())},
+                       Buffer::CopyFrom(v.data(), v.size() * 4));
+}
+
+std::vector<float> Floats(const Tensor& t) {
+  std::vector<float> v(t.nbytes() / 4);
+  std::memcpy(v.data(), t.data.data(), t.nbytes());
+  return v;
+}
+
+// A world of `n` inproc ranks with the same backend options.
+std::vector<std::unique_ptr<Transport>> World(int n, const std::string& fabric,
+                                              std::map<std::string, std::string> backend) {
+  std::vector<std::unique_ptr<Transport>> world;
+  for (int r = 0; r < n; ++r) {
+    TransportOptions o;
+    o.rank = r;
+    o.world_size = n;
+    o.address = fabric;
+    o.backend = backend;
+    auto t = TransportRegistry::Global().Create("inproc", o);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    if (!t.ok()) return {};
+    world.push_back(std::move(t).value());
+  }
+  std::vector<std::future<Status>> starts;
+  for (auto& t : world) {
+    starts.push_back(std::async(std::launch::async, [p = t.get()] { return p->Start(); }));
+  }
+  for (auto& f : starts) EXPECT_TRUE(f.get().ok());
+  return world;
+}
+
+CodecCandidate Candidate(Quant q, double ratio, double enc_MBps, double dec_MBps, uint64_t bytes) {
+  CodecCandidate c;
+  c.estimate.recipe.quant = q;
+  c.estimate.ratio = ratio;
+  c.estimate.encode_Bps = enc_MBps * 1e6;
+  c.estimate.decode_Bps = dec_MBps * 1e6;
+  c.eligible_bytes = bytes;
+  return c;
+}
+
+TEST(CompressionChoice, CompressesOnASlowLinkAndNeverOnAFastOne) {
+  const uint64_t big = 253u << 20;
+  // zstd on trained float weights: about 0.84 at 340 MB/s a thread.
+  const std::vector<CodecCandidate> lossless = {Candidate(Quant::kNone, 0.84, 340, 900, big)};
+  auto hk = ChooseCompression(big, 16.3e6, 2, lossless, 0.05);  // ca-hk, one stream
+  EXPECT_TRUE(hk.compress) << hk.reason;
+  EXPECT_LT(hk.predicted_s, hk.uncompressed_s * 0.95);
+  EXPECT_NE(hk.reason.find("lossless"), std::string::npos) << hk.reason;
+  auto lan = ChooseCompression(big, 1.2e9, 2, lossless, 0.05);
+  EXPECT_FALSE(lan.compress) << lan.reason;
+  EXPECT_EQ(lan.predicted_s, lan.uncompressed_s);
+  auto unknown = ChooseCompression(big, 0, 2, lossless, 0.05);
+  EXPECT_FALSE(unknown.compress);
+  // A gain inside the margin is no gain: 0.97 of the bytes, free codec.
+  auto marginal =
+      ChooseCompression(big, 16e6, 2, {Candidate(Quant::kNone, 0.97, 1e6, 1e6, big)}, 0.05);
+  EXPECT_FALSE(marginal.compress) << marginal.reason;
+}
+
+TEST(CompressionChoice, TakesTheFastestCandidateAndCountsOnlyEligibleBytes) {
+  const uint64_t big = 100u << 20;
+  const std::vector<CodecCandidate> c = {Candidate(Quant::kNone, 0.84, 340, 900, big),
+                                         Candidate(Quant::kBF16, 0.5, 3000, 3000, big),
+                                         Candidate(Quant::kInt8, 0.25, 1000, 1000, big)};
+  auto hk = ChooseCompression(big, 16e6, 2, c, 0.05);
+  ASSERT_TRUE(hk.compress);
+  EXPECT_EQ(hk.recipe.quant, Quant::kInt8);
+  // On a LAN the cheap cast is the only one that still pays.
+  auto lan = ChooseCompression(big, 1.2e9, 2, c, 0.05);
+  ASSERT_TRUE(lan.compress) << lan.reason;
+  EXPECT_EQ(lan.recipe.quant, Quant::kBF16);
+  // Only 1% of the message is eligible: not worth a codec.
+  auto few =
+      ChooseCompression(big, 16e6, 2, {Candidate(Quant::kInt8, 0.25, 1000, 1000, big / 100)}, 0.05);
+  EXPECT_FALSE(few.compress) << few.reason;
+}
+
+TEST(CompressionOptions, ParseAndRefuseClearly) {
+  CompressionPolicy p;
+  TransportOptions rest, o;
+  o.backend = {{"threshold", "1024"}};
+  EXPECT_FALSE(*ParseCompressionOptions(o, &p, &rest));
+  EXPECT_EQ(rest.backend.size(), 1u);
+  o.backend = {{"compression", "none"}, {"threshold", "1024"}};
+  EXPECT_FALSE(*ParseCompressionOptions(o, &p, &rest));
+  EXPECT_EQ(rest.backend, (std::map<std::string, std::string>{{"threshold", "1024"}}));
+  o.backend = {{"compression", "int8"},          {"compression.level", "3"},
+               {"compression.int8_block", "64"}, {"compression.link_MBps", "16.3"},
+               {"compression.when", "always"},   {"threshold", "1024"}};
+  ASSERT_TRUE(*ParseCompressionOptions(o, &p, &rest));
+  EXPECT_EQ(p.allowed, Quant::kInt8);
+  EXPECT_EQ(p.codec.zstd_level, 3);
+  EXPECT_EQ(p.codec.int8_block, 64u);
+  EXPECT_DOUBLE_EQ(p.link_Bps_prior, 16.3e6);
+  EXPECT_TRUE(p.always);
+  EXPECT_EQ(rest.backend.size(), 1u);
+
+  for (const auto& bad : std::vector<std::map<std::string, std::string>>{
+           {{"compression", "gzip"}},
+           {{"compression.level", "3"}},
+           {{"compression", "lossless"}, {"compression.level", "30"}},
+           {{"compression", "lossless"}, {"compression.level", "x"}},
+           {{"compression", "int8"}, {"compression.int8_block", "100"}},
+           {{"compression", "lossless"}, {"compression.when", "sometimes"}},
+           {{"compression", "lossless"}, {"compression.link_MBps", "-1"}},
+           {{"compression", "lossless"}, {"compression.speed", "1"}}}) {
+    o.backend = bad;
+    auto r = ParseCompressionOptions(o, &p, &rest);
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad.begin()->first;
+    o.rank = 0;
+    o.world_size = 1;
+    o.address = "compression-bad-options";
+    EXPECT_EQ(TransportRegistry::Global().Create("inproc", o).status().code(),
+              StatusCode::kInvalidArgument);
+  }
+}
+
+TEST(CompressingTransport, LosslessRoundTripsBitForBitAndSendsFewerBytes) {
+  auto world = World(2, "compression-lossless",
+                     {{"compression", "lossless"}, {"compression.when", "always"}});
+  ASSERT_EQ(world.size(), 2u);
+  // Weights of a few magnitudes compress; the small tensor travels as it is.
+  auto w = Weights(1 << 20, 1);
+  Message m;
+  m.type = "model";
+  m.params["note"] = std::string("kept");
+  m.tensors["w"] = F32(w);
+  m.tensors["b"] = F32(Weights(10, 2));
+  ASSERT_TRUE(world[0]->Send(1, m, 30s).ok());
+  auto got = world[1]->Receive(30s);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->params.count(kCodecParam), 0u);
+  EXPECT_EQ(*got->GetString("note"), "kept");
+  ASSERT_EQ(got->tensors.at("w").dtype, DType::kF32);
+  EXPECT_EQ(got->tensors.at("w").shape, m.tensors.at("w").shape);
+  EXPECT_EQ(std::memcmp(got->tensors.at("w").data.data(), w.data(), w.size() * 4), 0);
+  EXPECT_EQ(got->tensors.at("b").nbytes(), 40u);
+  auto sent = CompressionSummaryOf(*world[0]);
+  ASSERT_TRUE(sent.has_value());
+  EXPECT_EQ(sent->messages_compressed, 1u);
+  EXPECT_EQ(sent->raw_bytes, w.size() * 4);
+  EXPECT_LT(sent->encoded_bytes, sent->raw_bytes * 0.95);
+  EXPECT_GT(CompressionSummaryOf(*world[1])->decode_seconds, 0);
+}
+
+TEST(CompressingTransport, Bf16StaysWithinItsBoundAndComesOutAsF32) {
+  auto world =
+      World(2, "compression-bf16", {{"compression", "bf16"}, {"compression.when", "always"}});
+  ASSERT_EQ(world.size(), 2u);
+  auto w = Weights(300000, 3);
+  Message m;
+  m.tensors["w"] = F32(w);
+  ASSERT_TRUE(world[0]->Send(1, m, 30s).ok());
+  auto got = world[1]->Receive(30s);
+  ASSERT_TRUE(got.ok());
+  ASSERT_EQ(got->tensors.at("w").dtype, DType::kF32);
+  auto v = Floats(got->tensors.at("w"));
+  ASSERT_EQ(v.size(), w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    ASSERT_LE(std::fabs(double(v[i]) - double(w[i])), QuantErrorBound(Quant::kBF16, w[i], 0)) << i;
+  }
+  EXPECT_LT(CompressionSummaryOf(*world[0])->encoded_bytes, w.size() * 4 / 2 + 4096);
+}
+
+// The FL pattern: the server broadcasts the model as reference 5, clients
+// send their updates against it.
+TEST(CompressingTransport, UpdatesTravelAsDeltasAgainstTheBroadcastModel) {
+  for (const std::string codec : {"lossless", "int8"}) {
+    SCOPED_TRACE(codec);
+    auto world = World(3, "compression-delta-" + codec,
+                       {{"compression", codec}, {"compression.when", "always"}});
+    ASSERT_EQ(world.size(), 3u);
+    auto global = Weights(1 << 19, 4);
+    Message model;
+    model.params[kDeltaRefParam] = int64_t{5};
+    model.tensors["w"] = F32(global);
+    ASSERT_TRUE(world[0]->Broadcast({1, 2}, model, 30s).ok());
+    std::vector<float> held[3];
+    for (int c : {1, 2}) {
+      auto got = world[c]->Receive(30s);
+      ASSERT_TRUE(got.ok());
+      held[c] = Floats(got->tensors.at("w"));
+      // The receiver may change what it was given: its reference is its own.
+      std::memset(got->tensors.at("w").data.mutable_data(), 0, 64);
+    }
+    // Local training moves every weight a little.
+    auto step = Weights(global.size(), 5);
+    std::vector<float> update(global.size());
+    for (size_t i = 0; i < update.size(); ++i) update[i] = held[1][i] + step[i] * 0.01f;
+    for (int c : {1, 2}) {
+      Message u;
+      if (c == 1) u.params[kDeltaBaseParam] = int64_t{5};  // rank 2 sends it whole
+      u.tensors["w"] = F32(update);
+      ASSERT_TRUE(world[c]->Send(0, u, 30s).ok());
+    }
+    double max_error[3] = {0, 0, 0};
+    for (int k = 0; k < 2; ++k) {
+      auto got = world[0]->Receive(30s);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(got->params.count(kDeltaBaseParam), 0u);
+      auto v = Floats(got->tensors.at("w"));
+      ASSERT_EQ(v.size(), update.size());
+      if (codec == "lossless") {
+        EXPECT_EQ(std::memcmp(v.data(), update.data(), v.size() * 4), 0);
+      } else {
+        // int8 of the difference (block absmax), plus half an ulp of the sum.
+        const size_t block = 256;
+        for (size_t b = 0; b < v.size(); b += block) {
+          float absmax = 0;
+          for (size_t i = b; i < b + block; ++i) {
+            const float x = got->sender == 1 ? update[i] - held[1][i] : update[i];
+            absmax = std::max(absmax, std::fabs(x));
+          }
+          for (size_t i = b; i < b + block; ++i) {
+            const float x = got->sender == 1 ? update[i] - held[1][i] : update[i];
+            const double bound =
+                QuantErrorBound(Quant::kInt8, x, absmax) + std::fabs(double(update[i])) * 0x1p-24;
+            const double e = std::fabs(double(v[i]) - double(update[i]));
+            ASSERT_LE(e, bound) << i;
+            max_error[got->sender] = std::max(max_error[got->sender], e);
+          }
+        }
+      }
+    }
+    auto one = CompressionSummaryOf(*world[1]), two = CompressionSummaryOf(*world[2]);
+    if (codec == "lossless") {
+      // The XOR delta zeroes the bits the update kept: fewer bytes (0.80
+      // of the whole update's when written, for steps of 1% of a weight).
+      EXPECT_LT(one->encoded_bytes * 1.15, two->encoded_bytes)
+          << one->encoded_bytes << " vs " << two->encoded_bytes;
+    } else {
+      // int8 of the small difference: far smaller errors than of the values.
+      EXPECT_LT(max_error[1] * 10, max_error[2]) << max_error[1] << " vs " << max_error[2];
+    }
+  }
+}
+
+TEST(CompressingTransport, AReferenceThePeerDoesNotHoldIsNotUsed) {
+  auto world = World(2, "compression-no-reference",
+                     {{"compression", "lossless"}, {"compression.when", "always"}});
+  ASSERT_EQ(world.size(), 2u);
+  auto w = Weights(1 << 18, 6);
+  Message u;
+  u.params[kDeltaBaseParam] = int64_t{9};  // never established
+  u.tensors["w"] = F32(w);
+  ASSERT_TRUE(world[1]->Send(0, u, 30s).ok());
+  auto got = world[0]->Receive(30s);
+  ASSERT_TRUE(got.ok()) << "the message must arrive, whole, without a delta";
+  EXPECT_EQ(std::memcmp(got->tensors.at("w").data.data(), w.data(), w.size() * 4), 0);
+}
+
+TEST(CompressingTransport, AutoFollowsTheLinkItIsTold) {
+  // Weights on a coarse grid compress to a fraction: worth it on a slow
+  // link whatever this machine's speed, never on a terabyte-per-second one.
+  std::vector<float> w(1 << 20);
+  std::mt19937 rng(7);
+  for (auto& x : w) x = static_cast<float>(static_cast<int>(rng() % 16) - 8) * 0.125f;
+  for (const auto& [mbps, expect] : {std::pair<const char*, bool>{"1", true}, {"1000000", false}}) {
+    auto world = World(2, std::string("compression-auto-") + mbps,
+                       {{"compression", "lossless"}, {"compression.link_MBps", mbps}});
+    ASSERT_EQ(world.size(), 2u);
+    Message m;
+    m.tensors["w"] = F32(w);
+    ASSERT_TRUE(world[0]->Send(1, m, 30s).ok());
+    auto got = world[1]->Receive(30s);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(std::memcmp(got->tensors.at("w").data.data(), w.data(), w.size() * 4), 0);
+    auto s = CompressionSummaryOf(*world[0]);
+    EXPECT_EQ(s->messages_compressed, expect ? 1u : 0u) << s->last_choice;
+    EXPECT_NE(s->last_choice.find(expect ? "lossless" : "none"), std::string::npos)
+        << s->last_choice;
+  }
+  // Unmeasured and no prior: sent as it is.
+  auto world = World(2, "compression-auto-unmeasured", {{"compression", "auto"}});
+  Message m;
+  m.tensors["w"] = F32(w);
+  ASSERT_TRUE(world[0]->Send(1, m, 30s).ok());
+  ASSERT_TRUE(world[1]->Receive(30s).ok());
+  EXPECT_EQ(CompressionSummaryOf(*world[0])->messages_compressed, 0u);
+}
+
+TEST(CompressingTransport, AFrameThatCannotBeDecodedIsDroppedNotDelivered) {
+  // Rank 0 compresses nothing itself but forges a table; rank 1 decodes.
+  auto world = World(2, "compression-corrupt", {{"compression", "lossless"}});
+  ASSERT_EQ(world.size(), 2u);
+  Message bad;
+  bad.type = "bad";
+  bad.params[kCodecParam] = std::string(R"({"v":1,"t":{"w":{"dtype":"f32"}}})");
+  bad.tensors["w"] = *Tensor::Zeros(DType::kU8, {100});
+  ASSERT_TRUE(world[0]->Send(1, bad, 30s).ok());
+  Message good;
+  good.type = "good";
+  good.tensors["w"] = F32(Weights(100, 8));
+  ASSERT_TRUE(world[0]->Send(1, good, 30s).ok());
+  auto got = world[1]->Receive(30s);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->type, "good") << "the undecodable message was delivered";
+}
+
+}  // namespace
+}  // namespace xsilo
