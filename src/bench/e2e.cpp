@@ -218,17 +218,23 @@ void StateSummary(const json& report, json* server, json* clients_mean) {
 int RunE2e(const E2eOptions& a) {
   std::vector<E2eBackend> backends;
   for (const auto& name : SplitList(a.backends)) {
+    std::string base;
+    std::map<std::string, std::string> extra;
     bool found = false;
-    for (const auto& b : E2eBackends()) {
-      if (b.name == name) {
-        backends.push_back(b);
-        found = true;
+    if (SplitCompressionSuffix(name, &base, &extra)) {
+      for (const auto& b : E2eBackends()) {
+        if (b.name == base) {
+          backends.push_back(b);
+          backends.back().name = name;
+          backends.back().options.insert(extra.begin(), extra.end());
+          found = true;
+        }
       }
     }
     if (!found) {
       std::cerr << "xsilo bench e2e: unknown backend '" << name << "' (known:";
       for (const auto& b : E2eBackends()) std::cerr << " " << b.name;
-      std::cerr << ")\n";
+      std::cerr << "; each with ~auto, ~lossless, ~bf16, ~fp16 or ~int8: compressed)\n";
       return 2;
     }
   }

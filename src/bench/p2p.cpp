@@ -130,13 +130,26 @@ const std::vector<BackendSpec>& Backends() {
 
 // A row of Backends(), or "grpc-s<K>" for any K in [1, 64]: grpc striped
 // over K streams (e.g. K = ceil(multi / single) of the link, the stripe
-// docs/auto.md predicts).
+// docs/auto.md predicts), or either with "~CODEC": compressed
+// (SplitCompressionSuffix).
 const BackendSpec* FindBackend(const std::string& name) {
   for (const auto& b : Backends())
     if (b.name == name) return &b;
   static std::deque<BackendSpec> striped;  // the coordinator is single-threaded
   for (const auto& b : striped)
     if (b.name == name) return &b;
+  if (name.find('~') != std::string::npos) {  // BASE~CODEC: BASE compressed
+    std::string base;
+    std::map<std::string, std::string> extra;
+    if (!SplitCompressionSuffix(name, &base, &extra)) return nullptr;
+    const BackendSpec* b = FindBackend(base);
+    if (b == nullptr) return nullptr;
+    BackendSpec v = *b;
+    v.name = name;
+    v.options.insert(extra.begin(), extra.end());
+    striped.push_back(std::move(v));
+    return &striped.back();
+  }
   constexpr std::string_view kStriped = "grpc-s";
   if (name.size() <= kStriped.size() || name.compare(0, kStriped.size(), kStriped) != 0) {
     return nullptr;

@@ -44,4 +44,20 @@ std::vector<std::string> SplitList(const std::string& s) {
   return out;
 }
 
+bool SplitCompressionSuffix(const std::string& name, std::string* base,
+                            std::map<std::string, std::string>* options) {
+  const auto tilde = name.rfind('~');
+  if (tilde == std::string::npos) {
+    *base = name;
+    return true;
+  }
+  static const char* kCodecs[] = {"auto", "lossless", "bf16", "fp16", "int8"};
+  const std::string codec = name.substr(tilde + 1);
+  if (tilde == 0 || std::find(std::begin(kCodecs), std::end(kCodecs), codec) == std::end(kCodecs))
+    return false;
+  *base = name.substr(0, tilde);
+  (*options)["compression"] = codec;
+  return true;
+}
+
 }  // namespace xsilo::bench

@@ -3,6 +3,7 @@
 
 #include "fl/progress.h"
 #include "fl/protocol.h"
+#include "xsilo/core/compress.h"
 #include "xsilo/fl/fedavg.h"
 
 namespace xsilo::fl {
@@ -132,6 +133,8 @@ Result<ClientReport> FedAvgClient::Run() {
     }
     update.type = std::string(protocol::kUpdate);
     update.round = m.round;
+    // A delta from the round's model where the transport compresses.
+    update.params[kDeltaBaseParam] = m.round;
     update.params[protocol::kSamples] = static_cast<int64_t>(trained.samples);
     if (auto it = trained.metrics.find("loss"); it != trained.metrics.end()) {
       update.params[protocol::kTrainLoss] = it->second;

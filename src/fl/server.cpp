@@ -9,6 +9,7 @@
 
 #include "fl/progress.h"
 #include "fl/protocol.h"
+#include "xsilo/core/compress.h"
 #include "xsilo/fl/checkpoint.h"
 #include "xsilo/fl/fedavg.h"
 
@@ -141,6 +142,9 @@ Result<JobReport> FedAvgServer::Run(TensorMap global) {
     model.params[protocol::kLocalEpochs] = static_cast<int64_t>(options_.local_work.epochs);
     model.params[protocol::kSession] = session;
     model.tensors = global;  // shares the Buffers
+    // Under compression (transport/compression.h) the clients' updates of
+    // this round travel as deltas from this model, which both sides hold.
+    model.params[kDeltaRefParam] = rep.round;
     rep.bytes_sent = model_bytes * rep.selected;
 
     const auto round_start = Clock::now();

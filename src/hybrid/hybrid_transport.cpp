@@ -230,6 +230,12 @@ class HybridTransport final : public Transport {
   std::string_view name() const override { return name_; }
   const std::shared_ptr<Connector>& connector() const { return connector_; }
   std::string RouteReason() const override { return router_ ? router_->last_reason() : ""; }
+  double MeasuredGoodputBps(int32_t peer) override {
+    if (!router_) return 0;
+    const LinkEstimate e = router_->EstimateOf(peer);
+    if (e.samples == 0) return 0;
+    return std::max({0.0, e.one_stream_Bps, e.aggregate_Bps});
+  }
 
   Status Start() override {
     {

@@ -43,6 +43,7 @@ class MeteredTransport final : public Transport {
 
   std::string_view name() const override { return inner_->name(); }
   std::string RouteReason() const override { return inner_->RouteReason(); }
+  double MeasuredGoodputBps(int32_t peer) override { return inner_->MeasuredGoodputBps(peer); }
   Status Start() override { return inner_->Start(); }
   void Stop() override {
     // Close ours first: a delivery blocked on our full inbox holds the

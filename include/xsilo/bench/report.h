@@ -2,6 +2,7 @@
 // sample, fixed-point numbers for tables, timestamps for result names.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,5 +23,13 @@ std::string UtcStamp();
 
 // The non-empty items of a comma-separated list.
 std::vector<std::string> SplitList(const std::string& s);
+
+// A benchmark backend name may end in "~CODEC" (auto+s3~lossless,
+// grpc~int8): the base backend under the compressing decorator with
+// compression=CODEC (docs/compression.md), a row of its own beside the
+// base. Returns the base name and adds the option to *options; the name
+// itself when it has no suffix. False for an unknown CODEC.
+bool SplitCompressionSuffix(const std::string& name, std::string* base,
+                            std::map<std::string, std::string>* options);
 
 }  // namespace xsilo::bench

@@ -134,6 +134,14 @@ class Transport {
   // last choice and why, one line ("store: 1 GiB, predicted ..."); empty
   // for the others and before the first choice.
   virtual std::string RouteReason() const { return {}; }
+  // The goodput this transport has measured to `peer` for large messages,
+  // bytes/s, on the faster of its paths; 0 when it has measured none or
+  // does not measure (auto+<connector> does: docs/auto.md). Decorators
+  // that trade CPU for bytes (compression) decide by it.
+  virtual double MeasuredGoodputBps(int32_t peer) {
+    (void)peer;
+    return 0;
+  }
 
   // Routes received messages to `handler` (on a transport thread; keep it short).
   void SetHandler(MessageHandler handler) { inbox_.SetHandler(std::move(handler)); }

@@ -57,6 +57,14 @@ struct LinkRate {
   }
 };
 
+std::shared_ptr<const TensorMap> CopyTensors(const TensorMap& tensors) {
+  auto copy = std::make_shared<TensorMap>();
+  for (const auto& [name, t] : tensors) {
+    (*copy)[name] = *Tensor::Make(t.dtype, t.shape, Buffer::CopyFrom(t.data.data(), t.nbytes()));
+  }
+  return copy;
+}
+
 // Sends of fewer bytes are mostly round trips: they say little about the
 // link's throughput.
 constexpr uint64_t kMinMeasuredBytes = 256 << 10;
@@ -75,6 +83,7 @@ class CompressingTransport final : public Transport {
 
   std::string_view name() const override { return inner_->name(); }
   std::string RouteReason() const override { return inner_->RouteReason(); }
+  double MeasuredGoodputBps(int32_t peer) override { return inner_->MeasuredGoodputBps(peer); }
   Status Start() override { return inner_->Start(); }
   void Stop() override {
     // Close ours first: a delivery blocked on our full inbox holds the
@@ -136,7 +145,7 @@ class CompressingTransport final : public Transport {
     if (auto v = m->GetInt(kDeltaRefParam); v.ok()) p.reference_key = *v;
     std::shared_ptr<const TensorMap> reference;
     if (base) reference = ReferenceHeldBy(*base, peers);
-    TensorMap original;  // shares the Buffers
+    TensorMap original;  // shares the Buffers until CopyTensors below
     if (p.reference_key) original = m->tensors;
 
     const CompressOptions& o = policy_.codec;
@@ -190,7 +199,9 @@ class CompressingTransport final : public Transport {
         XSILO_RETURN_IF_ERROR(DecompressMessage(&copy, Lookup(&pin), o));
         p.reference = std::make_shared<const TensorMap>(std::move(copy.tensors));
       } else {
-        p.reference = std::make_shared<const TensorMap>(std::move(original));
+        // A copy: the caller may reuse its Buffers once the send completed
+        // (the FedAvg server recycles the old global model's).
+        p.reference = CopyTensors(original);
       }
       std::lock_guard<std::mutex> lock(mu_);
       Keep(*p.reference_key, p.reference, {});
@@ -227,19 +238,23 @@ class CompressingTransport final : public Transport {
 
   CompressionChoice Choose(const std::vector<int32_t>& peers, const Message& m,
                            const TensorMap* reference) {
+    // Per peer: the inner transport's own figure where it measures (the
+    // hybrid's receivers report their pulls: a send's completion there
+    // times only the upload), else the completions we timed, else the
+    // prior. The slowest peer decides.
     double link = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (int32_t p : peers) {
+    for (int32_t p : peers) {
+      double r = inner_->MeasuredGoodputBps(p);
+      if (!(r > 0)) {
+        std::lock_guard<std::mutex> lock(mu_);
         auto it = rates_.find(p);
-        const double r =
-            it != rates_.end() && it->second.samples > 0 ? it->second.Bps : policy_.link_Bps_prior;
-        link = link == 0 ? r : std::min(link, r);
-        if (r <= 0) {
-          link = 0;
-          break;
-        }
+        r = it != rates_.end() && it->second.samples > 0 ? it->second.Bps : policy_.link_Bps_prior;
       }
+      if (!(r > 0)) {
+        link = 0;
+        break;
+      }
+      link = link == 0 ? r : std::min(link, r);
     }
     if (link <= 0) {
       CompressionChoice c;
@@ -317,11 +332,7 @@ class CompressingTransport final : public Transport {
     }
     if (auto key = m.GetInt(kDeltaRefParam); key.ok()) {
       // Our own copy: the receiver may change the tensors it was given.
-      auto copy = std::make_shared<TensorMap>();
-      for (const auto& [name, t] : m.tensors) {
-        (*copy)[name] =
-            *Tensor::Make(t.dtype, t.shape, Buffer::CopyFrom(t.data.data(), t.nbytes()));
-      }
+      auto copy = CopyTensors(m.tensors);
       std::lock_guard<std::mutex> lock(mu_);
       Keep(*key, std::move(copy), {m.sender});
     }
