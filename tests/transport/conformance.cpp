@@ -75,14 +75,13 @@ std::map<std::string, std::string> DecodeOptions(const std::string& s) {
   return opts;
 }
 
-// Starts this test binary again as receiver `rank`; returns its pid.
+}  // namespace
+
 pid_t SpawnReceiver(const ConformanceParam& p, int rank, int world, const std::string& address) {
   std::string spec = p.backend + "|" + std::to_string(rank) + "|" + std::to_string(world) + "|" +
                      address + "|" + EncodeOptions(p.backend_options);
   return SpawnSelfWithEnv(std::string(kChildEnv) + "=" + spec);
 }
-
-}  // namespace
 
 bool RunConformanceChildIfRequested(int* exit_code) {
   const char* spec = std::getenv(kChildEnv);

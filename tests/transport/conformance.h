@@ -9,6 +9,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/types.h>
 
 #include <map>
 #include <memory>
@@ -51,6 +52,13 @@ class TransportConformance : public ::testing::TestWithParam<ConformanceParam> {
 };
 
 std::string ConformanceName(const ::testing::TestParamInfo<ConformanceParam>& info);
+
+// Starts this test binary again (its main must call
+// RunConformanceChildIfRequested) as receiver `rank` of `world` at
+// `address`: it starts p.backend, receives one message, exits 0 if it is
+// PatternIntact (else 2: no start, 3: damaged, 4: none), after acking it
+// to rank 0. Returns the child's pid.
+pid_t SpawnReceiver(const ConformanceParam& p, int rank, int world, const std::string& address);
 
 // Runs the child-process role if this process was spawned as one; returns
 // true if it did (the caller then exits with *exit_code).
