@@ -23,6 +23,7 @@
 #include "bench/p2p_peer.h"
 #include "bench/p2p_processes.h"
 #include "xsilo/bench/link.h"
+#include "xsilo/bench/model.h"
 #include "xsilo/bench/p2p.h"
 #include "xsilo/bench/report.h"
 #include "xsilo/core/tiers.h"
@@ -233,6 +234,10 @@ int RunP2p(P2pOptions a) {
   }
   // Checked here rather than by the command line: RunP2p is also called
   // from code, and a range check lets NaN through.
+  if (auto p = ParseModelPayload(a.payload); !p.ok()) {
+    std::cerr << "xsilo bench p2p: --" << p.status().message() << "\n";
+    return 2;
+  }
   if (a.repeats < 1 || !(a.min_seconds >= 0 && a.min_seconds <= 3600)) {
     std::cerr << "xsilo bench p2p: --repeats must be at least 1 and --min-seconds in [0, 3600]\n";
     return 2;
@@ -297,6 +302,7 @@ int RunP2p(P2pOptions a) {
                       {"repeats", a.repeats},
                       {"passes", a.passes},
                       {"min_seconds", a.min_seconds},
+                      {"payload", a.payload},
                       {"scale", a.scale},
                       {"quick", a.quick},
                       {"link_seconds", a.link_seconds},
@@ -477,6 +483,7 @@ int RunP2p(P2pOptions a) {
           for (const auto& [k, v] : extra_options[bname]) spec.options[k] = v;
           spec.prefix = topology->loopback ? "" : a.prefix;
           spec.parameters = tier->parameters;
+          spec.payload = a.payload;
           spec.repeats = a.repeats;
           spec.min_seconds = a.min_seconds;
           spec.concurrent = conc;

@@ -33,6 +33,7 @@ json ToJson(const PeerSpec& s) {
               {"prefix", s.prefix},
               {"site", s.site},
               {"parameters", s.parameters},
+              {"payload", s.payload},
               {"warmup", s.warmup},
               {"repeats", s.repeats},
               {"min_seconds", s.min_seconds},
@@ -55,6 +56,7 @@ PeerSpec PeerSpecFromJson(const json& j) {
   s.prefix = j.at("prefix");
   s.site = j.at("site");
   s.parameters = j.at("parameters");
+  s.payload = j.value("payload", "pattern");
   s.warmup = j.at("warmup");
   s.repeats = j.at("repeats");
   s.min_seconds = j.at("min_seconds");
@@ -145,7 +147,8 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
   XSILO_RETURN_IF_ERROR(WaitAcks(t, ready, 120, &errors).status());
   phase("ready");
 
-  XSILO_ASSIGN_OR_RETURN(Message model, MakeModel(spec.parameters, 1));
+  XSILO_ASSIGN_OR_RETURN(const ModelPayload payload, ParseModelPayload(spec.payload));
+  XSILO_ASSIGN_OR_RETURN(Message model, MakeModel(spec.parameters, 1, payload));
   const uint64_t model_bytes = model.payload_bytes();
   (*result)["model_bytes"] = model_bytes;
   int64_t seq = 0;
@@ -184,7 +187,7 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
   if (spec.concurrent > 0) {
     std::vector<Message> batch;
     for (int i = 0; i < spec.concurrent; ++i) {
-      XSILO_ASSIGN_OR_RETURN(Message m, MakeModel(spec.parameters, 100 + i));
+      XSILO_ASSIGN_OR_RETURN(Message m, MakeModel(spec.parameters, 100 + i, payload));
       batch.push_back(std::move(m));
     }
     auto t0 = Clock::now();
@@ -287,11 +290,14 @@ Status RunReceiver(const PeerSpec& spec, Transport& t) {
   XSILO_RETURN_IF_ERROR(t.Send(0, std::move(hello), std::chrono::seconds(120)));
   // Generous: the sender builds models between sends.
   const Duration idle = Seconds(std::max(600.0, spec.timeout_s * 60));
+  // A lossy codec's copy passes within its bound (ModelIntact).
+  const auto codec = spec.options.find("compression");
+  const double tolerance = codec == spec.options.end() ? 0 : LossyTolerance(codec->second);
   for (;;) {
     XSILO_ASSIGN_OR_RETURN(Message m, t.Receive(idle));
     if (m.type == "done") return Status::OK();
     const int64_t delivered = NowNs();
-    const bool ok = ModelIntact(m);
+    const bool ok = ModelIntact(m, tolerance);
     const int64_t at = NowNs();
     auto seq = m.GetInt("seq");
     Message ack;

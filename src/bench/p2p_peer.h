@@ -21,6 +21,7 @@ struct PeerSpec {
   std::string prefix;  // netem instance, empty for lan
   std::string site;    // site to enter, empty for lan
   uint64_t parameters = 0;
+  std::string payload = "pattern";  // ModelPayload
   int warmup = 1;
   int repeats = 3;
   double min_seconds = 0;  // P2pOptions::min_seconds

@@ -35,6 +35,10 @@ void AddBenchCommand(CLI::App& app) {
                       std::to_string(xsilo::bench::kP2pMaxTimedSends) +
                       " sends; 0 = exactly --repeats)")
       ->capture_default_str();
+  p2p->add_option("--payload", args->payload,
+                  "The model's values: pattern (a repeated ramp) or weights (Gaussian, as "
+                  "compressible as trained weights; for BACKEND~CODEC rows)")
+      ->capture_default_str();
   p2p->add_option("--scale", args->scale, "netem bandwidth scale (not lan)")->capture_default_str();
   p2p->add_flag("--quick", args->quick,
                 "Preset: lan,ca-hk; small+medium (+big on lan); (b) on small only; grpc,grpc+s3; 2 "

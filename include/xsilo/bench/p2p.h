@@ -34,6 +34,10 @@ struct P2pOptions {
   // gets hundreds of samples, a cell of seconds its `repeats`. 0 = exactly
   // `repeats`.
   double min_seconds = 0;
+  // The model's values (xsilo/bench/model.h): "pattern" (the committed
+  // figures) or "weights" (Gaussian, as compressible as real weights; the
+  // payload for rows with compression, whose lossy copies it can check).
+  std::string payload = "pattern";
   // Passes over a cell's backends: each pass runs every backend once more
   // (fresh processes, `repeats` more timed sends), in the same order, and
   // the latency samples of all passes are pooled. With several passes the
