@@ -321,6 +321,49 @@ TEST(CompressingTransport, AutoFollowsTheLinkItIsTold) {
   EXPECT_EQ(CompressionSummaryOf(*world[0])->messages_compressed, 0u);
 }
 
+TEST(CompressionChoice, ARecipeThatCannotPayEvenAtRatioZeroIsKnownWithoutSampling) {
+  const uint64_t mb = 1000000;
+  // 100 MB at 1 GB/s: 0.1 s as it is. zstd at 300/600 MB/s on 2 threads
+  // costs 0.25 s before a byte is sent: it cannot pay on this link...
+  EXPECT_TRUE(CompressionCannotPay(100 * mb, 100 * mb, 1e9, 2, 300e6, 600e6, 0, 0.05));
+  // ... and can on a 100 MB/s one (1 s as it is).
+  EXPECT_FALSE(CompressionCannotPay(100 * mb, 100 * mb, 100e6, 2, 300e6, 600e6, 0, 0.05));
+  // A bare int8 cast keeps a quarter of its bytes: at 4 GB/s each way on 2
+  // threads, 25 ms of codec. At 1 GB/s, + 25 ms of wire against 100 ms: it
+  // may pay; at 5 GB/s, + 5 ms against 20 ms: it cannot.
+  EXPECT_FALSE(CompressionCannotPay(100 * mb, 100 * mb, 1e9, 2, 4e9, 4e9, 0.25, 0.05));
+  EXPECT_TRUE(CompressionCannotPay(100 * mb, 100 * mb, 5e9, 2, 4e9, 4e9, 0.25, 0.05));
+  // Unknown figures never rule a codec out.
+  EXPECT_FALSE(CompressionCannotPay(100 * mb, 100 * mb, 0, 2, 300e6, 600e6, 0, 0.05));
+  EXPECT_FALSE(CompressionCannotPay(100 * mb, 100 * mb, 1e9, 2, 0, 600e6, 0, 0.05));
+}
+
+// On a link faster than any codec the decorator samples each recipe once
+// and then stops paying for samples (15-30 ms a 20 MB message on a LAN);
+// on a slow link it keeps choosing from fresh samples.
+TEST(CompressingTransport, SamplesACodecThatCannotPayOnlyOnce) {
+  const auto w = Weights(50000, 3);  // 200 KB: the link stays at its prior
+  for (const auto& [mbps, skips] :
+       {std::pair<const char*, bool>{"100000000", true}, {"1", false}}) {
+    SCOPED_TRACE(mbps);
+    auto world = World(2, std::string("compression-memo-") + mbps,
+                       {{"compression", "int8"},
+                        {"compression.link_MBps", mbps},
+                        {"compression.min_message_bytes", "1"}});
+    ASSERT_EQ(world.size(), 2u);
+    for (int i = 0; i < 3; ++i) {
+      Message m;
+      m.tensors["w"] = F32(w);
+      ASSERT_TRUE(world[0]->Send(1, m, 30s).ok());
+      ASSERT_TRUE(world[1]->Receive(30s).ok());
+      const std::string why = CompressionSummaryOf(*world[0])->last_choice;
+      const bool skipped = why.find("not sampled") != std::string::npos;
+      EXPECT_EQ(skipped, skips && i > 0) << "message " << i << ": " << why;
+    }
+    EXPECT_EQ(CompressionSummaryOf(*world[0])->messages_compressed, skips ? 0u : 3u);
+  }
+}
+
 TEST(CompressingTransport, AFrameThatCannotBeDecodedIsDroppedNotDelivered) {
   // Rank 0 compresses nothing itself but forges a table; rank 1 decodes.
   auto world = World(2, "compression-corrupt", {{"compression", "lossless"}});

@@ -81,6 +81,15 @@ struct CompressionChoice {
 CompressionChoice ChooseCompression(uint64_t message_bytes, double link_Bps, int threads,
                                     const std::vector<CodecCandidate>& candidates, double margin);
 
+// Whether a recipe cannot pay even at its best ratio (0 with zstd, a bare
+// cast's own size without): ChooseCompression's prediction with that ratio
+// and the codec's speeds (one thread's) is not `margin` below sending as it
+// is. False when a figure is unknown (<= 0). The decorator skips sampling
+// such a recipe while the speeds it last sampled are fresh.
+bool CompressionCannotPay(uint64_t eligible_bytes, uint64_t message_bytes, double link_Bps,
+                          int threads, double encode_Bps, double decode_Bps, double best_ratio,
+                          double margin);
+
 // What a compressing transport did so far (the bench JSON reads it).
 struct CompressionSummary {
   uint64_t messages_sent = 0;

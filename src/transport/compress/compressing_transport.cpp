@@ -270,16 +270,67 @@ class CompressingTransport final : public Transport {
         recipes.push_back({policy_.allowed, true, delta});
       }
     }
+    const int threads = EffectiveThreads(policy_.codec.threads);
+    const double bytes = static_cast<double>(m.payload_bytes());
     std::vector<CodecCandidate> candidates;
+    std::string skipped;
     for (const auto& r : recipes) {
       CodecCandidate c;
       c.eligible_bytes = CompressibleBytes(m.tensors, r, policy_.codec);
       if (c.eligible_bytes == 0) continue;
+      if (CannotPay(r, c.eligible_bytes, bytes, link, threads)) {
+        skipped += (skipped.empty() ? "" : ", ") + RecipeName(r);
+        continue;
+      }
       c.estimate = EstimateCodec(m.tensors, r, policy_.codec, r.delta ? reference : nullptr);
+      if (c.estimate.sampled_bytes > 0) {
+        std::lock_guard<std::mutex> lock(mu_);
+        speeds_[RecipeName(r)] = {c.estimate.encode_Bps, c.estimate.decode_Bps, Clock::now()};
+      }
       candidates.push_back(c);
     }
-    return ChooseCompression(m.payload_bytes(), link, EffectiveThreads(policy_.codec.threads),
-                             candidates, policy_.margin);
+    CompressionChoice choice =
+        ChooseCompression(m.payload_bytes(), link, threads, candidates, policy_.margin);
+    if (!skipped.empty()) {
+      choice.reason += (candidates.empty() ? " (" : "; ") + skipped +
+                       " not sampled: slower than the link even at ratio 0" +
+                       (candidates.empty() ? ")" : "");
+    }
+    return choice;
+  }
+
+  // Whether `r` cannot beat sending as it is even if it shrank its bytes to
+  // nothing (to a cast's own size, without zstd), at the codec speeds last
+  // sampled on this machine: then sampling it again (2 MiB encoded and
+  // decoded on one thread, ~10 ms for zstd) would only slow the send. On a
+  // LAN that cost a 20 MB message 15-30 ms per send. Speeds older than
+  // kSpeedMemo are sampled again.
+  bool CannotPay(const TensorRecipe& r, uint64_t eligible, double bytes, double link_Bps,
+                 int threads) {
+    SpeedMemo memo;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = speeds_.find(RecipeName(r));
+      if (it == speeds_.end() || Clock::now() - it->second.at > kSpeedMemo) return false;
+      memo = it->second;
+    }
+    return CompressionCannotPay(eligible, static_cast<uint64_t>(bytes), link_Bps, threads,
+                                memo.encode_Bps, memo.decode_Bps,
+                                r.zstd ? 0.0 : QuantFloorRatio(r.quant), policy_.margin);
+  }
+
+  // The encoded size of a float32 value cast by `q` without zstd, over 4.
+  static double QuantFloorRatio(Quant q) {
+    switch (q) {
+      case Quant::kBF16:
+      case Quant::kFP16:
+        return 0.5;
+      case Quant::kInt8:
+        return 0.25;
+      case Quant::kNone:
+        break;
+    }
+    return 0;
   }
 
   // The reference of `key` when every one of `peers` holds it too.
@@ -356,6 +407,14 @@ class CompressingTransport final : public Transport {
   std::map<int32_t, LinkRate> rates_;
   std::map<int64_t, Reference> references_;
   CompressionSummary summary_;
+  // Codec speeds sampled, by RecipeName (CannotPay).
+  struct SpeedMemo {
+    double encode_Bps = 0;
+    double decode_Bps = 0;
+    Clock::time_point at;
+  };
+  static constexpr auto kSpeedMemo = std::chrono::seconds(10);
+  std::map<std::string, SpeedMemo> speeds_;
 };
 
 Result<double> ParseDouble(const std::string& key, const std::string& s) {
@@ -368,6 +427,16 @@ Result<double> ParseDouble(const std::string& key, const std::string& s) {
 }
 
 }  // namespace
+
+bool CompressionCannotPay(uint64_t eligible_bytes, uint64_t message_bytes, double link_Bps,
+                          int threads, double encode_Bps, double decode_Bps, double best_ratio,
+                          double margin) {
+  if (!(link_Bps > 0) || !(encode_Bps > 0) || !(decode_Bps > 0) || threads < 1) return false;
+  const double e = static_cast<double>(eligible_bytes), total = static_cast<double>(message_bytes);
+  const double best = e / (encode_Bps * threads) + (total - e + e * best_ratio) / link_Bps +
+                      e / (decode_Bps * threads);
+  return best >= total / link_Bps * (1 - margin);
+}
 
 CompressionChoice ChooseCompression(uint64_t message_bytes, double link_Bps, int threads,
                                     const std::vector<CodecCandidate>& candidates, double margin) {
