@@ -3,6 +3,8 @@
 #include <chrono>
 #include <mutex>
 
+#include "xsilo/transport/forwarding.h"
+
 namespace xsilo::metrics {
 
 namespace {
@@ -20,43 +22,22 @@ struct PeerSeries {
   Counter* received_messages;
 };
 
-class MeteredTransport final : public Transport {
+class MeteredTransport final : public ForwardingTransport {
  public:
+  // Received messages are counted on the inner transport's delivering
+  // thread (OnDelivery) and pushed into our inbox with its abandon test, so
+  // the inner backpressure rules hold as without us.
   MeteredTransport(std::unique_ptr<Transport> inner, Registry& registry, MeteredOptions options)
-      : Transport(inner->options()),
-        inner_(std::move(inner)),
+      : ForwardingTransport(std::move(inner)),
         registry_(registry),
-        party_(options.party.empty() ? "rank " + std::to_string(inner_->rank())
-                                     : std::move(options.party)),
-        backend_(inner_->name()) {
-    // Received messages are counted on the inner transport's delivering
-    // thread and pushed into our inbox with its abandon test, so the inner
-    // backpressure rules hold as without us.
-    inner_->SetForwarder([this](Message m, const std::function<bool()>& abandon) {
-      PeerSeries& s = Series(m.sender, backend_);
-      s.received_bytes->Add(m.payload_bytes());
-      s.received_messages->Add();
-      return Deliver(std::move(m), abandon);
-    });
-  }
+        party_(options.party.empty() ? "rank " + std::to_string(rank()) : std::move(options.party)),
+        backend_(ForwardingTransport::name()) {}
   ~MeteredTransport() override { Stop(); }
-
-  std::string_view name() const override { return inner_->name(); }
-  std::string RouteReason() const override { return inner_->RouteReason(); }
-  double MeasuredGoodputBps(int32_t peer) override { return inner_->MeasuredGoodputBps(peer); }
-  Status Start() override { return inner_->Start(); }
-  void Stop() override {
-    // Close ours first: a delivery blocked on our full inbox holds the
-    // inner transport's delivering thread (inproc: the sender's, under the
-    // gate the inner Stop takes), which the inner Stop waits for.
-    CloseInbox();
-    inner_->Stop();
-  }
 
   void SendAsync(int32_t peer, Message message, SendCallback done) override {
     const uint64_t bytes = message.payload_bytes();
     const auto start = Clock::now();
-    inner_->SendAsync(peer, std::move(message),
+    inner().SendAsync(peer, std::move(message),
                       [this, peer, bytes, start, done = std::move(done)](const Status& s) {
                         Account({peer}, bytes, start, s);
                         if (done) done(s);
@@ -67,7 +48,7 @@ class MeteredTransport final : public Transport {
     const uint64_t bytes = message.payload_bytes();
     const auto start = Clock::now();
     std::vector<int32_t> copy = peers;
-    inner_->BroadcastAsync(
+    inner().BroadcastAsync(
         std::move(peers), std::move(message),
         [this, copy = std::move(copy), bytes, start, done = std::move(done)](const Status& s) {
           Account(copy, bytes, start, s);
@@ -76,8 +57,15 @@ class MeteredTransport final : public Transport {
   }
 
  private:
+  Status OnDelivery(Message m, const std::function<bool()>& abandon) override {
+    PeerSeries& s = Series(m.sender, backend_);
+    s.received_bytes->Add(m.payload_bytes());
+    s.received_messages->Add();
+    return Deliver(std::move(m), abandon);
+  }
+
   std::string Route() const {
-    std::string reason = inner_->RouteReason();
+    std::string reason = inner().RouteReason();
     std::string route = reason.substr(0, reason.find(':'));
     while (!route.empty() && route.back() == ' ') route.pop_back();
     return route.empty() ? backend_ : route;
@@ -125,7 +113,6 @@ class MeteredTransport final : public Transport {
     return series_.emplace(key, s).first->second;
   }
 
-  std::unique_ptr<Transport> inner_;
   Registry& registry_;
   const std::string party_;
   const std::string backend_;
