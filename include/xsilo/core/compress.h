@@ -36,8 +36,9 @@ namespace xsilo {
 // The param that holds the codec table of a compressed message.
 inline constexpr const char* kCodecParam = "xsilo.codec";
 // Param (int) a sender sets on a message whose tensors are to be sent as
-// a delta against the reference of that key; the compressing transport
-// (xsilo/transport/compression.h) removes it.
+// a delta against the reference of that key (an update: the reference plus
+// small changes); the compressing transport (xsilo/transport/compression.h)
+// leaves it on the message for the receiver.
 inline constexpr const char* kDeltaBaseParam = "xsilo.delta_base";
 // Param (int) on a message whose tensors are to be kept as the reference
 // of that key (by the sender when it sends it, by each receiver when it
