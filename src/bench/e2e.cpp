@@ -313,6 +313,8 @@ int RunE2e(const E2eOptions& a) {
                   {"clients_mean", clients}};
       if (r.report.contains("final")) row["final"] = r.report["final"];
       if (r.report.contains("model")) row["model"] = r.report["model"];
+      // The server's side: the models it sent, the updates it decoded.
+      if (r.report.contains("compression")) row["compression"] = r.report["compression"];
       if (!r.ok) row["error"] = r.error;
       results["runs"].push_back(row);
       if (!r.ok) {

@@ -27,6 +27,7 @@
 #include "xsilo/fl/mlp.h"
 #include "xsilo/metrics/endpoint.h"
 #include "xsilo/metrics/metered_transport.h"
+#include "xsilo/transport/compression.h"
 #include "xsilo/transport/registry.h"
 
 namespace xsilo::cli {
@@ -327,6 +328,31 @@ nlohmann::json JobJson(const std::string& transport, const std::string& tier, co
   return j;
 }
 
+// What the compressing decorator did, when `t` is one (compression=...):
+// a line on stdout and an object for the JSON report; null otherwise.
+nlohmann::json ReportCompression(const Transport& t, const std::string& party) {
+  auto s = CompressionSummaryOf(t);
+  if (!s) return nullptr;
+  const double ratio =
+      s->raw_bytes ? static_cast<double>(s->encoded_bytes) / static_cast<double>(s->raw_bytes) : 1;
+  std::printf(
+      "%s compression: %llu of %llu messages compressed, %llu B of tensors sent as %llu B "
+      "(ratio %.3f), encode %.2f s, decode %.2f s\n",
+      party.c_str(), static_cast<unsigned long long>(s->messages_compressed),
+      static_cast<unsigned long long>(s->messages_sent),
+      static_cast<unsigned long long>(s->raw_bytes),
+      static_cast<unsigned long long>(s->encoded_bytes), ratio, s->encode_seconds,
+      s->decode_seconds);
+  return {{"messages_sent", s->messages_sent},
+          {"messages_compressed", s->messages_compressed},
+          {"raw_bytes", s->raw_bytes},
+          {"encoded_bytes", s->encoded_bytes},
+          {"ratio", ratio},
+          {"encode_s", s->encode_seconds},
+          {"decode_s", s->decode_seconds},
+          {"last_choice", s->last_choice}};
+}
+
 Result<std::unique_ptr<Trainer>> MakeClientTrainer(const JobConfig& job, const MlpShape& shape,
                                                    int32_t rank) {
   XSILO_ASSIGN_OR_RETURN(SyntheticShard shard,
@@ -540,6 +566,7 @@ int RunServer(const FlFileArgs& a) {
   if (!t.ok()) return Fail("server", t.status());
   auto metrics = JobMetrics::Start(a.metrics);
   if (!metrics.ok()) return Fail("server", metrics.status());
+  const Transport* unmetered = t->get();  // the compressing decorator, if any
   if (*metrics) *t = (*metrics)->Meter(std::move(*t), "server");
   std::printf("xsilo fl server: '%s' at %s, waiting for %d clients; %s tier (%s, %s)\n",
               job->transport.c_str(), job->transport_options.address.c_str(),
@@ -574,9 +601,11 @@ int RunServer(const FlFileArgs& a) {
   PrintFinal(report->final_evaluation, job->transport_options.world_size - 1);
   std::printf("\nper-state time (s), clients as last reported:\n%s",
               FormatStateTable(report->times).c_str());
+  const nlohmann::json compression = ReportCompression(*unmetered, "server");
   if (!a.json_path.empty()) {
-    Status s =
-        WriteJson(a.json_path, JobJson(job->transport, job->tier, *shape, *report, report->times));
+    nlohmann::json j = JobJson(job->transport, job->tier, *shape, *report, report->times);
+    if (!compression.is_null()) j["compression"] = compression;
+    Status s = WriteJson(a.json_path, j);
     if (!s.ok()) return Fail("server", s);
   }
   std::fflush(stdout);
@@ -618,8 +647,11 @@ int RunClient(const FlFileArgs& a) {
       static_cast<unsigned long long>(report->final_evaluation.samples));
   std::vector<PartyTimes> times = {{"client " + std::to_string(rank), rank, report->seconds}};
   std::printf("\nper-state time (s):\n%s", FormatStateTable(times).c_str());
+  const nlohmann::json compression = ReportCompression(**t, "client " + std::to_string(rank));
   if (!a.json_path.empty()) {
-    Status s = WriteJson(a.json_path, nlohmann::json::parse(StateTableJson(times)));
+    nlohmann::json j = nlohmann::json::parse(StateTableJson(times));
+    if (!compression.is_null()) j["compression"] = compression;
+    Status s = WriteJson(a.json_path, j);
     if (!s.ok()) return Fail("client", s);
   }
   return 0;
