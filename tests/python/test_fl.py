@@ -60,12 +60,12 @@ class CountingTrainer(xsilo.fl.Trainer):
         return {"loss": 1.0, "accuracy": 0.5, "samples": 1}
 
 
-def run_job(fabric, trainers, **server_args):
+def run_job(fabric, trainers, initial=None, options=None, **server_args):
     """Server and clients in this process, one thread each. A client whose
     trainer fails never answers: the round then closes at its deadline with
     the others (quorum), and finish=False spares the final evaluation."""
     world = len(trainers) + 1
-    ts = [xsilo.Transport("inproc", rank=r, world_size=world, address=fabric)
+    ts = [xsilo.Transport("inproc", rank=r, world_size=world, address=fabric, options=options)
           for r in range(world)]
     for t in ts:
         t.start()
@@ -81,7 +81,8 @@ def run_job(fabric, trainers, **server_args):
     for th in threads:
         th.start()
     try:
-        job = xsilo.fl.run_server(ts[0], {"w": torch.zeros(4)}, **server_args)
+        model = initial if initial is not None else {"w": torch.zeros(4)}
+        job = xsilo.fl.run_server(ts[0], model, **server_args)
     except xsilo.Error as e:
         job = e
     for t in ts:
@@ -96,6 +97,45 @@ def test_python_trainers_are_averaged_by_sample_count():
     # Each round: client r returns w + r with weight r -> w += (1*1 + 2*2) / 3.
     assert torch.allclose(job["model"]["w"].torch(), torch.full((4,), 2 * 5 / 3))
     assert all(results[r]["finished"] and results[r]["rounds_trained"] == 2 for r in (1, 2))
+
+
+class SmallStepTrainer(CountingTrainer):
+    """Trained weights move by 1e-3 x rank: a change far below the int8
+    error of the weights themselves (absmax / 254 of a block)."""
+
+    def set_parameters(self, tensors):
+        got = tensors["w"].torch()
+        assert got.dtype == torch.float32  # decoded, whatever travelled
+        self.w = got.clone()
+
+    def train(self, epochs, steps):
+        self.w += 1e-3 * self.rank
+        return {"samples": self.rank, "loss": 1.0}
+
+
+@pytest.mark.parametrize("codec", ["lossless", "bf16", "int8"])
+def test_compression_keeps_the_clients_changes_and_the_dtype(codec):
+    # Every message compressed (compression.when=always): the model as a
+    # cast, the updates as casts of their difference from it; the server
+    # moves them onto its own model, so what it averages is its model plus
+    # the clients' changes, not the cast's error.
+    torch.manual_seed(0)
+    initial = torch.randn(1 << 16)
+    trainers = [SmallStepTrainer(1), SmallStepTrainer(2)]
+    options = {"compression": codec, "compression.when": "always"}
+    job, results = run_job("fl-compress-" + codec, trainers, initial={"w": initial.clone()},
+                           options=options, rounds=2)
+    assert all(results[r]["finished"] for r in (1, 2)), results
+    w = job["model"]["w"].torch()
+    assert w.dtype == torch.float32
+    want = initial + 2 * (1e-3 * (1 * 1 + 2 * 2) / 3)
+    err = (w - want).abs().max().item()
+    if codec == "lossless":
+        assert torch.equal(w, want) or err < 1e-6, err
+    else:
+        # The cast error of the weights is ~0.01 (int8) / ~0.008 (bf16)
+        # here; what is left is that of the 1e-3 changes and of one sum.
+        assert err < 2e-4, err
 
 
 def test_a_trainer_exception_fails_that_client_with_its_text():
