@@ -192,7 +192,10 @@ class CompressingTransport final : public ForwardingTransport {
       }
       std::lock_guard<std::mutex> lock(mu_);
       Keep(*p.reference_key, p.reference, {});
-      references_[*p.reference_key].original = p.original;
+      // Keep may have dropped it at once (a key older than the two kept).
+      if (auto it = references_.find(*p.reference_key); it != references_.end()) {
+        it->second.original = p.original;
+      }
     }
     return p;
   }
@@ -397,7 +400,7 @@ class CompressingTransport final : public ForwardingTransport {
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = references_.find(base);
-      if (it == references_.end() || !it->second.original) return;
+      if (it == references_.end() || !it->second.tensors || !it->second.original) return;
       cast = it->second.tensors;
       ours = it->second.original;
     }
