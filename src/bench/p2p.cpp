@@ -19,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bench/p2p_backends.h"
 #include "bench/p2p_output.h"
 #include "bench/p2p_peer.h"
 #include "bench/p2p_processes.h"
@@ -83,86 +84,6 @@ void WarmMemory(uint64_t bytes) {
   auto* bytes_p = static_cast<volatile uint8_t*>(p);
   for (uint64_t i = 0; i < bytes; i += kPage) bytes_p[i] = 1;
   ::munmap(p, bytes);
-}
-
-// Backends. One row per name accepted by --backends. `transport` is the
-// TransportRegistry name, `options` its TransportOptions::backend.
-//
-// A new backend is one row here (and in kP2pBackends); nothing else in
-// the benchmark is backend-specific.
-struct BackendSpec {
-  std::string name;
-  std::string transport;
-  std::map<std::string, std::string> options;
-  // The sender or receiver copies the whole message through the codec
-  // (flattened frame, or chunk copies of the frame): the serialization share
-  // counts EncodeMessage + Flatten + DecodeMessage; otherwise Encode (gather
-  // list, no copy) + Decode.
-  bool serializes = true;
-  // Ranks must be launched by mpirun.
-  bool needs_mpirun = false;
-  // Only runs when sender and receiver share a host address (lan).
-  bool loopback_only = false;
-  // TLS on every leg: grpc with mutual TLS and, for +s3, the embedded
-  // object server on https, all with one self-signed pair the run makes
-  // (TlsOptionsFor), which every party trusts.
-  bool tls = false;
-};
-
-const std::vector<BackendSpec>& Backends() {
-  static const std::vector<BackendSpec> kBackends = {
-      {"grpc", "grpc", {{"streams", "1"}}, true, false, false},
-      {"grpc-s4", "grpc", {{"streams", "4"}}, true, false, false},
-      // Unary mode dials rank r at the server's host, port + r: all ranks
-      // must share one address.
-      {"grpc-unary", "grpc", {{"mode", "unary"}}, true, false, true},
-      {"grpc+s3", "grpc+s3", {}, false, false, false},
-      // Inline or the store per message, by the measured link (docs/auto.md).
-      {"auto+s3", "auto+s3", {}, false, false, false},
-      {"mpi-generic", "mpi-generic", {}, true, true, false},
-      {"mpi-buffer", "mpi-buffer", {}, false, true, false},
-      // uv transport (TCP) and the basic channel, as PyTorch RPC between hosts.
-      {"tensorpipe", "tensorpipe", {}, false, false, false},
-      {"grpc-tls", "grpc", {{"streams", "1"}}, true, false, false, true},
-      {"grpc+s3-tls", "grpc+s3", {}, false, false, false, true},
-  };
-  return kBackends;
-}
-
-// A row of Backends(), or "grpc-s<K>" for any K in [1, 64]: grpc striped
-// over K streams (e.g. K = ceil(multi / single) of the link, the stripe
-// docs/auto.md predicts), or either with "~CODEC": compressed
-// (SplitCompressionSuffix).
-const BackendSpec* FindBackend(const std::string& name) {
-  for (const auto& b : Backends())
-    if (b.name == name) return &b;
-  static std::deque<BackendSpec> striped;  // the coordinator is single-threaded
-  for (const auto& b : striped)
-    if (b.name == name) return &b;
-  if (name.find('~') != std::string::npos) {  // BASE~CODEC: BASE compressed
-    std::string base;
-    std::map<std::string, std::string> extra;
-    if (!SplitCompressionSuffix(name, &base, &extra)) return nullptr;
-    const BackendSpec* b = FindBackend(base);
-    if (b == nullptr) return nullptr;
-    BackendSpec v = *b;
-    v.name = name;
-    v.options.insert(extra.begin(), extra.end());
-    striped.push_back(std::move(v));
-    return &striped.back();
-  }
-  constexpr std::string_view kStriped = "grpc-s";
-  if (name.size() <= kStriped.size() || name.compare(0, kStriped.size(), kStriped) != 0) {
-    return nullptr;
-  }
-  const std::string k = name.substr(kStriped.size());
-  if (k.size() > 2 || k[0] == '0' ||
-      !std::all_of(k.begin(), k.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-      std::stoi(k) > 64) {
-    return nullptr;
-  }
-  striped.push_back({name, "grpc", {{"streams", k}}, true, false, false});
-  return &striped.back();
 }
 
 // The options that put a TLS row on TLS: a self-signed pair for every site
