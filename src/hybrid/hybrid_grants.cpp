@@ -1,0 +1,155 @@
+// Upload grants (HybridOptions::grant_uploads): a party that can presign
+// sends each receiver a fresh key and presigned PUT (or multipart) URLs;
+// a receiver without storage access spends one on its next big send.
+#include <algorithm>
+#include <iostream>
+
+#include "hybrid/hybrid_internal.h"
+#include "xsilo/s3/client.h"
+
+namespace xsilo::hybrid_detail {
+
+namespace {
+
+constexpr size_t kGrantsPerPeer = 2;
+
+}  // namespace
+
+Message HybridTransport::OffloadThroughGrant(Message m, TensorMap big, int32_t peer) {
+  std::optional<Grant> grant;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& held = grants_[peer];
+    while (!held.empty() && !grant) {
+      if (held.front().usable_until > Clock::now()) grant = held.front();
+      held.pop_front();
+    }
+  }
+  if (grant) {
+    Prepared prepared = Prepare(big);
+    const EncodedPayload& payload = prepared.payload;
+    Status put;
+    const auto start = Clock::now();
+    if (grant->part_urls.empty()) {
+      put = HttpPutUrl(grant->url, payload.bytes, std::chrono::minutes(10),
+                       UrlTlsOptions{.ca_file = hybrid_.url_ca_file});
+    } else {
+      UrlUploadArgs up;
+      up.part_urls = grant->part_urls;
+      up.complete_url = grant->complete_url;
+      up.body = payload.bytes;
+      up.connections = hybrid_.url_connections;
+      up.tls.ca_file = hybrid_.url_ca_file;
+      put = HttpPutUrlParts(up).status();
+    }
+    if (put.ok() && router_) {
+      router_->OnTransfer(peer, payload.bytes.size,
+                          std::chrono::duration<double>(Clock::now() - start).count(),
+                          grant->part_urls.empty() ? 1 : hybrid_.url_connections);
+    }
+    if (put.ok()) {
+      Key key = grant->key;
+      key.size = payload.bytes.size;
+      MakeStub(&m, key, payload.checksum, prepared.blocks, "");
+      return m;
+    }
+    std::cerr << "xsilo " << name_ << ": upload through a grant of rank " << peer
+              << " failed, sending inline: " << put.ToString() << "\n";
+  }
+  for (auto& [name, t] : big) m.tensors.insert_or_assign(name, std::move(t));
+  return m;
+}
+
+bool HybridTransport::GrantsDueLocked(const std::vector<int32_t>& peers) {
+  if (!IssuesGrants()) return false;
+  for (int32_t p : peers) {
+    if (issued_per_peer_[p] < kGrantsPerPeer) return true;
+  }
+  return false;
+}
+
+void HybridTransport::SendGrants(const std::vector<int32_t>& peers) {
+  if (!IssuesGrants()) return;
+  for (int32_t p : peers) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (issued_per_peer_[p] >= kGrantsPerPeer) continue;
+    }
+    auto key = connector_->NewKey();
+    if (!key.ok()) return;
+    Message g;
+    g.type = kGrantType;
+    g.params["key"] = key->ToJson();
+    std::string upload_id;
+    // Several connections: a multipart grant, so the upload runs in
+    // parallel like the downloads do.
+    auto multi = hybrid_.url_connections > 1
+                     ? connector_->presigned()->PresignMultipartPut(*key, hybrid_.url_connections,
+                                                                    hybrid_.presign_expiry)
+                     : Result<PresignedAccess::MultipartGrant>(Unimplemented("one connection"));
+    if (multi.ok()) {
+      upload_id = multi->upload_id;
+      std::string parts;
+      for (const auto& u : multi->part_urls) parts += (parts.empty() ? "" : "\n") + u;
+      g.params["parts"] = parts;
+      g.params["complete"] = multi->complete_url;
+    } else {
+      auto url = connector_->presigned()->PresignPut(*key, hybrid_.presign_expiry);
+      if (!url.ok()) return;
+      g.params["url"] = *url;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      issued_[key->id] = {p, *key, upload_id, Clock::now() + hybrid_.presign_expiry};
+      ++issued_per_peer_[p];
+    }
+    g.params["expires_s"] = static_cast<int64_t>(hybrid_.presign_expiry.count());
+    inner_->SendAsync(p, std::move(g), [](const Status&) {});
+  }
+}
+
+void HybridTransport::DropIssued(const Issued& g) {
+  (void)connector_->Evict(g.key);
+  if (!g.upload_id.empty()) (void)connector_->presigned()->AbortMultipartPut(g.key, g.upload_id);
+}
+
+void HybridTransport::OnGrant(const Message& m) {
+  auto key_json = m.GetString("key");
+  auto expires = m.GetInt("expires_s");
+  if (!key_json.ok() || !expires.ok()) return;
+  auto key = Key::FromJson(*key_json);
+  if (!key.ok()) return;
+  Grant grant{*key, {}, {}, {}, {}};
+  if (auto url = m.GetString("url"); url.ok()) {
+    grant.url = *url;
+  } else {
+    auto parts = m.GetString("parts");
+    auto complete = m.GetString("complete");
+    if (!parts.ok() || !complete.ok() || parts->empty() || complete->empty()) return;
+    for (size_t a = 0; a <= parts->size();) {
+      size_t b = std::min(parts->find('\n', a), parts->size());
+      grant.part_urls.push_back(parts->substr(a, b - a));
+      a = b + 1;
+    }
+    grant.complete_url = *complete;
+  }
+  // Keep a margin for the upload itself and for clock drift.
+  auto life = std::chrono::seconds(*expires);
+  auto until = Clock::now() + life - std::min<Clock::duration>(life / 4, std::chrono::minutes(1));
+  std::lock_guard<std::mutex> lock(mu_);
+  grant.usable_until = until;
+  auto& held = grants_[m.sender];
+  held.push_back(std::move(grant));
+  while (held.size() > 2 * kGrantsPerPeer) held.pop_front();
+}
+
+bool HybridTransport::TakeIssued(const std::string& id, Issued* issued) {
+  auto it = issued_.find(id);
+  if (it == issued_.end()) return false;
+  *issued = it->second;
+  --issued_per_peer_[it->second.peer];
+  issued_.erase(it);
+  return true;
+}
+
+}  // namespace xsilo::hybrid_detail
