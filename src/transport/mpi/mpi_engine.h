@@ -76,7 +76,7 @@ struct Received {
   Buffer frame;
 };
 
-struct LinkState;  // engine-side state, defined in mpi_engine.cpp
+struct LinkState;  // engine-side state, defined in mpi_engine_internal.h
 
 // One transport instance's connection to the engine. Created by Open.
 class Link {
