@@ -12,6 +12,8 @@
 #include "xsilo/core/buffer.h"
 #include "xsilo/core/message.h"
 #include "xsilo/core/status.h"
+#include "xsilo/metrics/endpoint.h"
+#include "xsilo/metrics/metrics.h"
 #include "xsilo/transport/transport.h"
 
 namespace xsilo::python {
@@ -58,25 +60,38 @@ Tensor TensorFromPython(const py::handle& obj, const std::optional<std::string>&
 ParamValue ParamFromPython(const py::handle& value, const std::string& key);
 py::object ParamToPython(const ParamValue& value);
 
-// Owns the backend; destroying it stops the transport with the GIL
-// released (transport threads may need the GIL to drop Python-borrowed
-// tensors while Stop joins them).
+// Owns the backend and, when metrics are on, the registry it counts into
+// (a MeteredTransport wraps it) and the endpoint serving that registry.
+// Destroying it stops the endpoint and the transport with the GIL released
+// (transport threads may need the GIL to drop Python-borrowed tensors while
+// Stop joins them), then drops the registry both read.
 class PyTransport {
  public:
   explicit PyTransport(std::unique_ptr<Transport> t) : t_(std::move(t)) {}
+  PyTransport(std::unique_ptr<Transport> t, std::unique_ptr<metrics::Registry> registry,
+              std::unique_ptr<metrics::MetricsEndpoint> endpoint)
+      : registry_(std::move(registry)), t_(std::move(t)), endpoint_(std::move(endpoint)) {}
   ~PyTransport() {
     py::gil_scoped_release release;
+    endpoint_.reset();
     t_.reset();
   }
   Transport& get() { return *t_; }
   // Stops, keeping the object: another thread may still be inside receive().
+  // The metrics endpoint goes on serving (a last scrape sees the final
+  // counts) until the object is destroyed.
   void Stop() {
     py::gil_scoped_release release;
     t_->Stop();
   }
+  // Null when metrics are off.
+  const metrics::Registry* registry() const { return registry_.get(); }
+  const metrics::MetricsEndpoint* endpoint() const { return endpoint_.get(); }
 
  private:
+  std::unique_ptr<metrics::Registry> registry_;  // declared first: outlives the others
   std::unique_ptr<Transport> t_;
+  std::unique_ptr<metrics::MetricsEndpoint> endpoint_;
 };
 
 // name -> tensor mapping <-> TensorMap (values as xsilo.Tensor on the way out).
