@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "xsilo/transport/auto_policy.h"
-#include "xsilo/transport/link_estimator.h"
+#include "transport/auto/auto_policy.h"
+#include "transport/auto/link_estimator.h"
 
 namespace xsilo {
 

@@ -1,4 +1,4 @@
-#include "xsilo/transport/auto_policy.h"
+#include "transport/auto/auto_policy.h"
 
 #include <algorithm>
 #include <cmath>

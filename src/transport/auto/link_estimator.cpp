@@ -1,4 +1,4 @@
-#include "xsilo/transport/link_estimator.h"
+#include "transport/auto/link_estimator.h"
 
 #include <algorithm>
 #include <cmath>

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "xsilo/transport/auto_policy.h"
+#include "transport/auto/auto_policy.h"
 
 namespace xsilo {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "xsilo/transport/auto_policy.h"
+#include "transport/auto/auto_policy.h"
 
 namespace xsilo {
 namespace {

@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "xsilo/transport/auto_policy.h"
-#include "xsilo/transport/link_estimator.h"
+#include "transport/auto/auto_policy.h"
+#include "transport/auto/link_estimator.h"
 
 namespace xsilo {
 namespace {

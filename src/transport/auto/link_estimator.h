@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "xsilo/transport/link_estimate.h"
+#include "transport/auto/link_estimate.h"
 
 namespace xsilo {
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include "xsilo/transport/link_estimate.h"
+#include "transport/auto/link_estimate.h"
 
 namespace xsilo {
 
