@@ -83,10 +83,12 @@ void HybridTransport::SendGrants(const std::vector<int32_t>& peers) {
     std::string upload_id;
     // Several connections: a multipart grant, so the upload runs in
     // parallel like the downloads do.
-    auto multi = hybrid_.url_connections > 1
-                     ? connector_->presigned()->PresignMultipartPut(*key, hybrid_.url_connections,
-                                                                    hybrid_.presign_expiry)
-                     : Result<PresignedAccess::MultipartGrant>(Unimplemented("one connection"));
+    PresignedMultipartAccess* multipart = connector_->presigned_multipart();
+    auto multi =
+        hybrid_.url_connections > 1 && multipart != nullptr
+            ? multipart->PresignMultipartPut(*key, hybrid_.url_connections, hybrid_.presign_expiry)
+            : Result<PresignedMultipartAccess::MultipartGrant>(
+                  Unimplemented("one connection, or no multipart uploads"));
     if (multi.ok()) {
       upload_id = multi->upload_id;
       std::string parts;
@@ -110,7 +112,9 @@ void HybridTransport::SendGrants(const std::vector<int32_t>& peers) {
 
 void HybridTransport::DropIssued(const Issued& g) {
   (void)connector_->Evict(g.key);
-  if (!g.upload_id.empty()) (void)connector_->presigned()->AbortMultipartPut(g.key, g.upload_id);
+  if (!g.upload_id.empty() && connector_->presigned_multipart() != nullptr) {
+    (void)connector_->presigned_multipart()->AbortMultipartPut(g.key, g.upload_id);
+  }
 }
 
 void HybridTransport::OnGrant(const Message& m) {

@@ -70,15 +70,6 @@ Result<ConnectorConfig> ConnectorConfig::FromJson(std::string_view text) {
   return c;
 }
 
-Result<PresignedAccess::MultipartGrant> PresignedAccess::PresignMultipartPut(const Key&, int,
-                                                                             std::chrono::seconds) {
-  return Unimplemented("this connector has no multipart uploads");
-}
-
-Status PresignedAccess::AbortMultipartPut(const Key&, const std::string&) {
-  return Unimplemented("this connector has no multipart uploads");
-}
-
 Result<Key> Connector::Put(const Buffer& bytes) {
   GatherList g;
   g.Append(bytes);

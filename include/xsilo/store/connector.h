@@ -48,25 +48,30 @@ struct ConnectorConfig {
 
 // Capability of connectors whose objects can be reached by URL, so that a
 // party with no storage credentials can read or write one object until the
-// URL expires (S3 presigned URLs).
+// URL expires (S3 presigned URLs). Connector::presigned() hands it out.
 class PresignedAccess {
  public:
   virtual ~PresignedAccess() = default;
   virtual Result<std::string> PresignGet(const Key& key, std::chrono::seconds expiry) = 0;
   virtual Result<std::string> PresignPut(const Key& key, std::chrono::seconds expiry) = 0;
+};
 
-  // A multipart upload of `key` that a party without credentials fills in
-  // parallel: a presigned PUT URL per part (1..parts) and a presigned POST
-  // that completes it. Abort one that was never completed, or its parts stay
-  // stored. Connectors without multipart uploads return Unimplemented.
+// Capability of connectors with presigned multipart uploads
+// (Connector::presigned_multipart()): a multipart upload of `key` that a
+// party without credentials fills in parallel, a presigned PUT URL per part
+// (1..parts) and a presigned POST that completes it. Abort one that was
+// never completed, or its parts stay stored.
+class PresignedMultipartAccess {
+ public:
   struct MultipartGrant {
     std::string upload_id;
     std::vector<std::string> part_urls;
     std::string complete_url;
   };
+  virtual ~PresignedMultipartAccess() = default;
   virtual Result<MultipartGrant> PresignMultipartPut(const Key& key, int parts,
-                                                     std::chrono::seconds expiry);
-  virtual Status AbortMultipartPut(const Key& key, const std::string& upload_id);
+                                                     std::chrono::seconds expiry) = 0;
+  virtual Status AbortMultipartPut(const Key& key, const std::string& upload_id) = 0;
 };
 
 class Connector {
@@ -97,8 +102,10 @@ class Connector {
   virtual Result<std::vector<std::optional<Buffer>>> GetBatch(const std::vector<Key>& keys);
   virtual Status EvictBatch(const std::vector<Key>& keys);
 
-  // The URL capability, or nullptr when the connector has none.
+  // Capabilities: the interface, or nullptr when the connector has none.
+  // A decorator forwards them (ConnectorWrapper does), or it hides them.
   virtual PresignedAccess* presigned() { return nullptr; }
+  virtual PresignedMultipartAccess* presigned_multipart() { return nullptr; }
 
   virtual void Close() {}
 };

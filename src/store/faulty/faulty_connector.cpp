@@ -1,6 +1,7 @@
-// faulty: a decorator that injects faults into another connector, in the
-// style of LevelDB's EnvWrapper. Everything is forwarded to the inner
-// connector; each fault fires on an operation with its own probability.
+// faulty: a decorator that injects faults into another connector: a
+// ConnectorWrapper (LevelDB's EnvWrapper), so everything it does not
+// override, its capabilities included, is the inner connector's; each fault
+// fires on an operation with its own probability.
 //
 // Options (docs/store.md):
 //   inner            type of the wrapped connector (required)
@@ -30,6 +31,7 @@
 #include "core/fault_draw.h"
 #include "store/builtin.h"
 #include "store/faulty/faulty.h"
+#include "xsilo/store/connector_wrapper.h"
 
 namespace xsilo {
 
@@ -46,10 +48,13 @@ struct FaultRates {
   uint64_t seed = 0;
 };
 
-class FaultyConnector final : public Connector, public PresignedAccess {
+class FaultyConnector final : public ConnectorWrapper {
  public:
   FaultyConnector(std::unique_ptr<Connector> inner, ConnectorOptions options, FaultRates rates)
-      : inner_(std::move(inner)), options_(std::move(options)), rates_(rates) {}
+      : ConnectorWrapper(std::move(inner)),
+        inner_(target()),
+        options_(std::move(options)),
+        rates_(rates) {}
 
   std::string_view type() const override { return "faulty"; }
   ConnectorConfig config() const override {
@@ -137,23 +142,17 @@ class FaultyConnector final : public Connector, public PresignedAccess {
     return inner_->Set(key, bytes);
   }
 
-  // URLs go straight to the inner connector's service: no fault applies.
-  PresignedAccess* presigned() override { return inner_->presigned() ? this : nullptr; }
-  Result<std::string> PresignGet(const Key& key, std::chrono::seconds expiry) override {
-    return inner_->presigned()->PresignGet(key, expiry);
+  // Batches go through the faulty single-object calls above, one fault draw
+  // per object (ConnectorWrapper would hand them to the inner connector).
+  Result<std::vector<Key>> PutBatch(const std::vector<Buffer>& objects) override {
+    return Connector::PutBatch(objects);
   }
-  Result<std::string> PresignPut(const Key& key, std::chrono::seconds expiry) override {
-    return inner_->presigned()->PresignPut(key, expiry);
+  Result<std::vector<std::optional<Buffer>>> GetBatch(const std::vector<Key>& keys) override {
+    return Connector::GetBatch(keys);
   }
-  Result<MultipartGrant> PresignMultipartPut(const Key& key, int parts,
-                                             std::chrono::seconds expiry) override {
-    return inner_->presigned()->PresignMultipartPut(key, parts, expiry);
-  }
-  Status AbortMultipartPut(const Key& key, const std::string& upload_id) override {
-    return inner_->presigned()->AbortMultipartPut(key, upload_id);
-  }
-
-  void Close() override { inner_->Close(); }
+  Status EvictBatch(const std::vector<Key>& keys) override { return Connector::EvictBatch(keys); }
+  // presigned(), presigned_multipart() and Close() are the wrapper's: URLs
+  // go straight to the inner connector's service, and no fault applies.
 
  private:
   Draw Begin(Op op) {
@@ -174,7 +173,7 @@ class FaultyConnector final : public Connector, public PresignedAccess {
     return fault::FlipOneBit(bytes, d);
   }
 
-  const std::unique_ptr<Connector> inner_;
+  Connector* const inner_;  // the wrapper's target
   const ConnectorOptions options_;
   const FaultRates rates_;
   std::atomic<uint64_t> counters_[kOpCount] = {};

@@ -47,7 +47,9 @@ struct S3ConnectorOptions {
   bool create_bucket = true;
 };
 
-class S3Connector final : public Connector, public PresignedAccess {
+class S3Connector final : public Connector,
+                          public PresignedAccess,
+                          public PresignedMultipartAccess {
  public:
   S3Connector(S3ConnectorOptions o, std::unique_ptr<S3Client> client)
       : o_(std::move(o)), client_(std::move(client)) {}
@@ -121,6 +123,7 @@ class S3Connector final : public Connector, public PresignedAccess {
   }
 
   PresignedAccess* presigned() override { return this; }
+  PresignedMultipartAccess* presigned_multipart() override { return this; }
 
   Result<std::string> PresignGet(const Key& key, std::chrono::seconds expiry) override {
     XSILO_RETURN_IF_ERROR(CheckKey(key));
