@@ -31,6 +31,8 @@ PACKAGES=(
   libtensorpipe-dev
   # netem (namespaces; iperf3 for `xsilo netem check`)
   iproute2 iperf3
+  # netem sites behind a NAT (nftables masquerade in a NAT box namespace)
+  nftables
   # fl: the built-in MLP trainer and the FedAvg aggregator
   libeigen3-dev
   # s3rver (npm package, package.json), the S3 server our client is tested against

@@ -187,6 +187,15 @@ Result<std::vector<CheckRow>> RunCheck(const State& state, const CheckOptions& o
   if (!state.topology.loopback && !state.router_alive) {
     return FailedPrecondition("the netem router is not running; run `xsilo netem down` and `up`");
   }
+  for (const auto& s : state.sites) {
+    if (s.site.nat != NatType::kNone) {
+      // The check serves iperf3 and the echo inside each client and dials
+      // in from the server, which a NAT refuses.
+      return FailedPrecondition("check dials each client from the server, and site " + s.site.name +
+                                " is behind a " + std::string(NatTypeName(s.site.nat)) +
+                                " NAT; check an instance without NATs");
+    }
+  }
   std::vector<CheckRow> rows;
   for (int c = 1; c < static_cast<int>(state.sites.size()); ++c) {
     auto row = CheckClient(state, c, o);

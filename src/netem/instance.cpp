@@ -88,6 +88,9 @@ Status Up(const Topology& t, const Options& o) {
   XSILO_RETURN_IF_ERROR(ValidatePrefix(o.prefix));
   XSILO_RETURN_IF_ERROR(ValidateTopology(t));
   if (!t.loopback) XSILO_RETURN_IF_ERROR(CheckPrerequisites());
+  const bool any_nat = std::any_of(t.sites.begin(), t.sites.end(),
+                                   [](const Site& s) { return s.nat != NatType::kNone; });
+  if (any_nat) XSILO_RETURN_IF_ERROR(CheckNatPrerequisites());
   auto existing = LoadState(o);
   if (existing.ok() && (existing->router_alive || existing->topology.loopback)) {
     return AlreadyExists("netem instance '" + o.prefix + "' is up (" + existing->topology.env +
@@ -107,6 +110,11 @@ Status Up(const Topology& t, const Options& o) {
   for (const Site& s : t.sites) {
     auto r = RunCommand({"ip", "netns", "add", NetnsName(o, s)}, o.timeout);
     if (!r.ok()) return undo(r.status());
+  }
+  for (size_t i = 0; i < t.sites.size(); ++i) {
+    if (t.sites[i].nat == NatType::kNone) continue;
+    Status s = SetUpNat(t, o, static_cast<int>(i));
+    if (!s.ok()) return undo(s);
   }
   int ready[2];
   if (pipe2(ready, O_CLOEXEC) != 0) return undo(Internal(std::string("pipe: ") + strerror(errno)));
@@ -163,6 +171,7 @@ Status Down(const Options& o) {
     pid = state->router_pid;
     for (const auto& s : state->sites) {
       if (!s.netns.empty()) names.insert(s.netns);
+      if (!s.nat_netns.empty()) names.insert(s.nat_netns);
     }
   }
   for (const auto& n : ExistingNamespaces(o.prefix)) names.insert(n);

@@ -22,6 +22,15 @@ std::string StateDir(const Options& o);
 std::string StatePath(const Options& o);
 std::string NetnsName(const Options& o, const Site& s);
 
+// nat.cpp: the NAT box of a site behind a NAT, its nftables rules
+// (pure: for reading and tests), and what it needs.
+std::string NatNetnsName(const Options& o, const Site& s);
+std::string NatRules(NatType type, int index);
+Status CheckNatPrerequisites();
+// Creates the NAT box namespace, the veth pair, addresses, routes and rules
+// (the host's namespace exists already; the router adds the TUN device).
+Status SetUpNat(const Topology& t, const Options& o, int index);
+
 Status ValidatePrefix(const std::string& p);
 Status ValidateTopology(const Topology& t);
 uint32_t SiteMtu(const Topology& t, size_t i);

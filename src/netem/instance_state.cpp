@@ -68,6 +68,18 @@ Status ValidateTopology(const Topology& t) {
       return InvalidArgument("site names must be unique, non-empty, without '.' or '/'");
     }
   }
+  for (const auto& s : t.sites) {
+    if (s.nat == NatType::kNone) continue;
+    if (t.loopback) {
+      return InvalidArgument("site " + s.name +
+                             " is behind a NAT, which needs namespaces: a loopback topology has "
+                             "none");
+    }
+    if (names.count(s.name + "-nat")) {
+      return InvalidArgument("site " + s.name + " is behind a NAT, whose namespace is named " +
+                             s.name + "-nat: rename the site of that name");
+    }
+  }
   return Status::OK();
 }
 
@@ -87,17 +99,23 @@ json StateToJson(const Topology& t, const Options& o, int pid, uint64_t links_ve
   json sites = json::array();
   for (size_t i = 0; i < t.sites.size(); ++i) {
     const Site& s = t.sites[i];
-    sites.push_back({{"name", s.name},
-                     {"region", s.region},
-                     {"netns", t.loopback ? "" : NetnsName(o, s)},
-                     {"address", t.loopback ? "127.0.0.1" : SiteAddress(static_cast<int>(i))},
-                     {"tcp_rmem_max", s.tcp_rmem_max},
-                     {"tcp_wmem_max", s.tcp_wmem_max},
-                     {"mtu", SiteMtu(t, i)},
-                     {"target",
-                      {{"rtt_ms", s.target.rtt_ms},
-                       {"single_MBps", s.target.single_MBps},
-                       {"multi_MBps", s.target.multi_MBps}}}});
+    sites.push_back(
+        {{"name", s.name},
+         {"region", s.region},
+         {"netns", t.loopback ? "" : NetnsName(o, s)},
+         {"address", t.loopback                ? "127.0.0.1"
+                     : s.nat != NatType::kNone ? SitePrivateAddress(static_cast<int>(i))
+                                               : SiteAddress(static_cast<int>(i))},
+         {"public_address", t.loopback ? "127.0.0.1" : SiteAddress(static_cast<int>(i))},
+         {"nat", NatTypeName(s.nat)},
+         {"nat_netns", s.nat != NatType::kNone ? NatNetnsName(o, s) : ""},
+         {"tcp_rmem_max", s.tcp_rmem_max},
+         {"tcp_wmem_max", s.tcp_wmem_max},
+         {"mtu", SiteMtu(t, i)},
+         {"target",
+          {{"rtt_ms", s.target.rtt_ms},
+           {"single_MBps", s.target.single_MBps},
+           {"multi_MBps", s.target.multi_MBps}}}});
   }
   json links = json::array();
   for (const auto& row : t.links) {
@@ -160,6 +178,10 @@ Result<State> ParseState(const std::string& text, const Options& o) {
                         tg.at("multi_MBps").get<double>()};
       ss.netns = js.at("netns").get<std::string>();
       ss.address = js.at("address").get<std::string>();
+      // An instance that an older xsilo started has no NAT fields.
+      ss.public_address = js.value("public_address", ss.address);
+      ss.nat_netns = js.value("nat_netns", std::string());
+      XSILO_ASSIGN_OR_RETURN(ss.site.nat, ParseNatType(js.value("nat", std::string("none"))));
       t.sites.push_back(ss.site);
       s.sites.push_back(std::move(ss));
     }

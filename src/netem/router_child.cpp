@@ -69,7 +69,7 @@ std::string BufferTriple(uint64_t min, uint64_t def, uint64_t max) {
          std::to_string(max);
 }
 
-// Inside the site's namespace: a TUN device, configured, and the TCP limits.
+// Inside the namespace that holds the site's public side: a TUN device, configured.
 Result<int> OpenSiteTun(const Topology& t, int index) {
   int fd = open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return FailedPrecondition(std::string("open /dev/net/tun: ") + strerror(errno));
@@ -98,7 +98,17 @@ Result<int> OpenSiteTun(const Topology& t, int index) {
   if (st.ok()) st = SetFlags(sock, kDevice, IFF_UP);
   if (st.ok()) st = SetFlags(sock, "lo", IFF_UP);
   if (sock >= 0) close(sock);
-  const Site& s = t.sites[index];
+  if (!st.ok()) {
+    close(fd);
+    return st;
+  }
+  return fd;
+}
+
+// Inside the namespace of the site's host (the TUN's, unless behind a NAT):
+// the TCP buffer limits.
+Status ApplyTcpLimits(const Site& s) {
+  Status st;
   // The receive buffer starts at its maximum. The site MTU is up to 64000
   // (few packets for the router), and a new connection's first receive
   // window is about 64 KB whatever the MTU: one segment here where a 1500
@@ -116,11 +126,7 @@ Result<int> OpenSiteTun(const Topology& t, int index) {
     st = internal::WriteSysctl("/proc/sys/net/ipv4/tcp_wmem",
                                BufferTriple(4096, 16384, s.tcp_wmem_max));
   }
-  if (!st.ok()) {
-    close(fd);
-    return st;
-  }
-  return fd;
+  return st;
 }
 
 }  // namespace
@@ -172,11 +178,17 @@ Result<int> OpenSiteTun(const Topology& t, int index) {
   };
   config.stats_path = StateDir(o) + "/stats.json";
   for (size_t i = 0; i < t.sites.size(); ++i) {
-    Status s = internal::EnterNetns(NetnsName(o, t.sites[i]));
+    const Site& site = t.sites[i];
+    const bool nat = site.nat != NatType::kNone;
+    // Behind a NAT the TUN device (the public side) is the NAT box's.
+    Status s = internal::EnterNetns(nat ? NatNetnsName(o, site) : NetnsName(o, site));
     if (!s.ok()) fail(s);
     auto fd = OpenSiteTun(t, static_cast<int>(i));
-    if (!fd.ok()) fail(fd.status().WithContext("site " + t.sites[i].name));
+    if (!fd.ok()) fail(fd.status().WithContext("site " + site.name));
     config.tun_fds.push_back(*fd);
+    if (nat) s = internal::EnterNetns(NetnsName(o, site));
+    if (s.ok()) s = ApplyTcpLimits(site);
+    if (!s.ok()) fail(s.WithContext("site " + site.name));
     if (setns(root_ns, CLONE_NEWNET) != 0)
       fail(Internal(std::string("setns back: ") + strerror(errno)));
   }

@@ -23,6 +23,7 @@
 #include <sstream>
 #include <thread>
 
+#include "netem/netem_fixture.h"
 #include "xsilo/netem/netem.h"
 #include "xsilo/netem/probe.h"
 
@@ -31,55 +32,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-
-std::vector<std::string> NamespacesWithPrefix(const std::string& prefix) {
-  std::vector<std::string> out;
-  DIR* d = opendir("/run/netns");
-  if (!d) return out;
-  while (dirent* e = readdir(d)) {
-    std::string n = e->d_name;
-    if (n.rfind(prefix + ".", 0) == 0) out.push_back(n);
-  }
-  closedir(d);
-  return out;
-}
+using testing::Connect;
+using testing::NamespacesWithPrefix;
 
 bool Exists(pid_t pid) { return kill(pid, 0) == 0; }
 
-// A TCP socket of the calling thread's namespace connected to address:port.
-int Connect(const std::string& address, uint16_t port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  inet_pton(AF_INET, address.c_str(), &a.sin_addr);
-  timeval tv{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-class EmulatorTest : public ::testing::Test {
+class EmulatorTest : public testing::NetemFixture {
  protected:
-  void SetUp() override {
-    Status s = CheckPrerequisites();
-    if (!s.ok()) GTEST_SKIP() << "netem emulator tests skipped: " << s.message();
-    static int counter = 0;
-    options_.prefix = "xt" + std::to_string(getpid()) + "-" + std::to_string(counter++);
-    dir_ = std::filesystem::temp_directory_path() / ("xsilo-netem-" + options_.prefix);
-    options_.state_dir = dir_.string();
-  }
-  void TearDown() override {
-    if (options_.state_dir.empty()) return;  // skipped
-    EXPECT_TRUE(Down(options_).ok());
-    EXPECT_TRUE(NamespacesWithPrefix(options_.prefix).empty());
-    std::filesystem::remove_all(dir_);
-  }
-
   // Two sites joined by `link` in both directions.
   static Topology TwoSites(const LinkShape& link) {
     Topology t;
@@ -88,17 +47,6 @@ class EmulatorTest : public ::testing::Test {
     t.links[0][1] = t.links[1][0] = link;
     return t;
   }
-
-  State UpOrDie(const Topology& t) {
-    Status s = Up(t, options_);
-    EXPECT_TRUE(s.ok()) << s.ToString();
-    auto state = LoadState(options_);
-    EXPECT_TRUE(state.ok()) << state.status().ToString();
-    return state.ok() ? *state : State{};
-  }
-
-  Options options_;
-  std::filesystem::path dir_;
 };
 
 TEST_F(EmulatorTest, TwentyMsOneWayGivesFortyMsEchoRtt) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -33,8 +34,9 @@ struct NetemArgs {
   double scale = 1;
   std::string profiles;
   uint32_t mtu = 0;
-  double jitter_ms = 0;  // up and set
-  double loss = 0;       // up and set
+  double jitter_ms = 0;          // up and set
+  double loss = 0;               // up and set
+  std::vector<std::string> nat;  // up: SITE=TYPE
   // set (each shape field only when its flag is given)
   std::vector<std::string> set_sites;
   std::string peer = "server";
@@ -85,6 +87,19 @@ void Up(const NetemArgs& a) {
       l.jitter_ms = a.jitter_ms;
       l.loss = a.loss;
     }
+  }
+  for (const auto& spec : a.nat) {
+    const auto eq = spec.find('=');
+    if (eq == std::string::npos) {
+      Fail("up", InvalidArgument("--nat takes SITE=TYPE, got '" + spec + "'"), 2);
+    }
+    const std::string name = spec.substr(0, eq);
+    auto type = netem::ParseNatType(spec.substr(eq + 1));
+    if (!type.ok()) Fail("up", type.status(), 2);
+    auto site = std::find_if(t.sites.begin(), t.sites.end(),
+                             [&](const netem::Site& x) { return x.name == name; });
+    if (site == t.sites.end()) Fail("up", NotFound("--nat: no site '" + name + "'"), 2);
+    site->nat = *type;
   }
   Status s = netem::Up(t, MakeOptions(a));
   if (!s.ok()) Fail("up", s);
@@ -186,7 +201,8 @@ void Exec(const NetemArgs& a) {
   if (!s.ok()) Fail("exec", s);
   setenv("XSILO_NETEM_SITE", state->sites[*site].site.name.c_str(), 1);
   setenv("XSILO_NETEM_ADDRESS", state->sites[*site].address.c_str(), 1);
-  setenv("XSILO_NETEM_SERVER", state->sites[0].address.c_str(), 1);
+  setenv("XSILO_NETEM_PUBLIC_ADDRESS", state->sites[*site].public_address.c_str(), 1);
+  setenv("XSILO_NETEM_SERVER", state->sites[0].public_address.c_str(), 1);
   std::vector<char*> argv;
   for (const auto& c : a.command) argv.push_back(const_cast<char*>(c.c_str()));
   argv.push_back(nullptr);
@@ -236,6 +252,12 @@ void PrintStatus(const NetemArgs& a) {
       if (ShapeText(up) != ShapeText(down)) std::cout << " (to server: " << ShapeText(up) << ")";
     }
     std::cout << "\n";
+  }
+  for (const auto& s : st.sites) {
+    if (s.site.nat == netem::NatType::kNone) continue;
+    std::cout << s.site.name << " is behind a " << netem::NatTypeName(s.site.nat)
+              << " NAT: public address " << s.public_address << ", NAT box netns " << s.nat_netns
+              << "\n";
   }
   auto stats = netem::ReadLinkStats(st);
   if (stats.ok()) {
@@ -332,6 +354,8 @@ void AddNetemCommand(CLI::App& app) {
                  "MTU of every site link (default: sized per client from its TCP window)");
   up->add_option("--jitter-ms", args->jitter_ms, "Uniform +- jitter on every link, ms");
   up->add_option("--loss", args->loss, "Random loss probability on every link, [0, 1)");
+  up->add_option("--nat", args->nat,
+                 "Put SITE behind a NAT: SITE=full-cone|restricted|symmetric (repeatable)");
   up->callback([args] { Up(*args); });
 
   auto* set = netem->add_subcommand(

@@ -48,6 +48,27 @@ struct LinkTarget {
   double multi_MBps = 0;   // many TCP connections (the link's rate)
 };
 
+// How a site sits behind a NAT (docs/netem.md "NAT"). A NATed site's host
+// lives in its own namespace on a private subnet (10.201.<index>.0/24),
+// behind a NAT box namespace "<prefix>.<site>-nat" that holds the site's
+// TUN device and public address and translates with nftables.
+enum class NatType {
+  kNone,  // the host holds the public address: anyone can dial it
+  // Endpoint-independent mapping and filtering: once the host has sent from
+  // port P (UDP or TCP), anyone may send to P of the public address.
+  kFullCone,
+  // Endpoint-independent mapping, address-and-port-dependent filtering:
+  // only the address:port the host sent to may answer (Linux masquerade).
+  kRestricted,
+  // A fresh random public port per destination address:port; only that
+  // destination may answer. Hole punching fails through it.
+  kSymmetric,
+};
+// "none", "full-cone", "restricted", "symmetric".
+std::string_view NatTypeName(NatType type);
+// InvalidArgument naming the accepted values.
+Result<NatType> ParseNatType(std::string_view name);
+
 struct Site {
   // "server", "client1", "client2", ... (names a site in Exec and status).
   std::string name;
@@ -61,6 +82,8 @@ struct Site {
   uint32_t mtu = 0;
   // Targets of this site's link to the server (clients only).
   LinkTarget target;
+  // Default kNone. Not for loopback topologies.
+  NatType nat = NatType::kNone;
 };
 
 struct Topology {
@@ -116,8 +139,11 @@ Result<LinkShape> ProfileLink(std::string_view name, double scale,
 // The queue bound used when LinkShape::queue_bytes is 0.
 uint64_t DefaultQueueBytes(const LinkShape& link, uint32_t mtu);
 
-// The IPv4 address of site `index` (0 = server): "198.18.0.<index+1>".
+// The IPv4 address of site `index` (0 = server): "198.18.0.<index+1>". For
+// a NATed site it is the NAT's public address.
 std::string SiteAddress(int index);
+// The address of a NATed site's host on its private subnet: "10.201.<index>.2".
+std::string SitePrivateAddress(int index);
 
 struct Options {
   // Names this instance: namespaces are "<prefix>.<site>". Letters, digits
@@ -145,8 +171,13 @@ Status Down(const Options& options = {});
 
 struct SiteState {
   Site site;
-  std::string netns;    // namespace name, empty for loopback
-  std::string address;  // IPv4 address of the site
+  std::string netns;  // namespace of the site's host, empty for loopback
+  // IPv4 address of the site's host (what its servers bind): the private
+  // address behind a NAT, otherwise the public one.
+  std::string address;
+  // The address the other sites see and dial (the NAT's, behind a NAT).
+  std::string public_address;
+  std::string nat_netns;  // the NAT box's namespace, empty without NAT
 };
 
 struct State {

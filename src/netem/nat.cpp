@@ -1,0 +1,137 @@
+// Sites behind a NAT (docs/netem.md "NAT").
+//
+// A NATed site is two namespaces joined by a veth pair: the host
+// "<prefix>.<site>" (10.201.<i>.2/24 on "nat0", default route through the
+// NAT box) and the NAT box "<prefix>.<site>-nat" (10.201.<i>.1/24 on
+// "lan0", and the site's TUN device xs0 with the public address, which the
+// router opens there). The NAT box forwards and translates with nftables;
+// the rules for each type are written to the state directory
+// (nat-<site>.nft) before they are loaded, so they can be read.
+#include <fstream>
+
+#include "instance_internal.h"
+#include "sys.h"
+#include "xsilo/netem/netem.h"
+
+namespace xsilo::netem {
+
+std::string_view NatTypeName(NatType type) {
+  switch (type) {
+    case NatType::kNone:
+      return "none";
+    case NatType::kFullCone:
+      return "full-cone";
+    case NatType::kRestricted:
+      return "restricted";
+    case NatType::kSymmetric:
+      return "symmetric";
+  }
+  return "none";
+}
+
+Result<NatType> ParseNatType(std::string_view name) {
+  for (NatType t :
+       {NatType::kNone, NatType::kFullCone, NatType::kRestricted, NatType::kSymmetric}) {
+    if (name == NatTypeName(t)) return t;
+  }
+  return InvalidArgument("unknown NAT type '" + std::string(name) +
+                         "' (none, full-cone, restricted, symmetric)");
+}
+
+std::string SitePrivateAddress(int index) { return "10.201." + std::to_string(index) + ".2"; }
+
+namespace internal {
+
+namespace {
+
+constexpr const char* kHostDevice = "nat0";  // in the host's namespace
+constexpr const char* kLanDevice = "lan0";   // in the NAT box's namespace
+
+std::string Subnet(int index) { return "10.201." + std::to_string(index) + ".0/24"; }
+std::string Gateway(int index) { return "10.201." + std::to_string(index) + ".1"; }
+
+}  // namespace
+
+std::string NatNetnsName(const Options& o, const Site& s) { return NetnsName(o, s) + "-nat"; }
+
+std::string NatRules(NatType type, int index) {
+  const std::string host = SitePrivateAddress(index);
+  const bool full_cone = type == NatType::kFullCone;
+  std::string r = "table ip xsilo_nat {\n";
+  if (full_cone) {
+    // The ports the host has sent from: masquerade keeps a source port when
+    // it is free (always here, one host per NAT), so a mapped public port
+    // equals the host's port and inbound traffic to it goes to the host.
+    r += "  set mapped_udp { type inet_service; flags dynamic,timeout; timeout 180s; }\n";
+    r += "  set mapped_tcp { type inet_service; flags dynamic,timeout; timeout 180s; }\n";
+  }
+  r += "  chain forward {\n    type filter hook forward priority filter; policy drop;\n";
+  if (full_cone) {
+    // Before the established rule, so that traffic keeps a mapping alive.
+    r += std::string("    iifname \"") + kLanDevice + "\" update @mapped_udp { udp sport }\n";
+    r += std::string("    iifname \"") + kLanDevice + "\" update @mapped_tcp { tcp sport }\n";
+  }
+  r += "    ct state established,related accept\n";
+  if (full_cone) r += "    ct status dnat accept\n";
+  r += std::string("    iifname \"") + kLanDevice + "\" oifname \"" + kDevice + "\" accept\n  }\n";
+  if (full_cone) {
+    r += "  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n";
+    r +=
+        std::string("    iifname \"") + kDevice + "\" udp dport @mapped_udp dnat to " + host + "\n";
+    r +=
+        std::string("    iifname \"") + kDevice + "\" tcp dport @mapped_tcp dnat to " + host + "\n";
+    r += "  }\n";
+  }
+  r += "  chain postrouting {\n    type nat hook postrouting priority srcnat; policy accept;\n";
+  r += std::string("    oifname \"") + kDevice + "\" ip saddr " + Subnet(index) + " masquerade" +
+       (type == NatType::kSymmetric ? " random" : "") + "\n  }\n}\n";
+  return r;
+}
+
+Status CheckNatPrerequisites() {
+  auto nft = RunCommand({"nft", "--version"}, std::chrono::seconds(5));
+  if (!nft.ok()) {
+    return FailedPrecondition(
+        "sites behind a NAT need the `nft` command of nftables (apt-get install nftables): " +
+        nft.status().message());
+  }
+  return Status::OK();
+}
+
+Status SetUpNat(const Topology& t, const Options& o, int index) {
+  const Site& s = t.sites[index];
+  const std::string host_ns = NetnsName(o, s), nat_ns = NatNetnsName(o, s);
+  const std::string mtu = std::to_string(SiteMtu(t, static_cast<size_t>(index)));
+  const std::string prefix_len = "/24";
+  auto run = [&o](std::vector<std::string> argv) -> Status {
+    auto r = RunCommand(argv, o.timeout);
+    return r.ok() ? Status::OK() : r.status();
+  };
+  XSILO_RETURN_IF_ERROR(run({"ip", "netns", "add", nat_ns}));
+  XSILO_RETURN_IF_ERROR(run({"ip", "link", "add", kHostDevice, "netns", host_ns, "mtu", mtu, "type",
+                             "veth", "peer", "name", kLanDevice, "netns", nat_ns, "mtu", mtu}));
+  XSILO_RETURN_IF_ERROR(run({"ip", "-n", host_ns, "addr", "add",
+                             SitePrivateAddress(index) + prefix_len, "dev", kHostDevice}));
+  XSILO_RETURN_IF_ERROR(run({"ip", "-n", host_ns, "link", "set", kHostDevice, "up"}));
+  XSILO_RETURN_IF_ERROR(run({"ip", "-n", host_ns, "link", "set", "lo", "up"}));
+  XSILO_RETURN_IF_ERROR(
+      run({"ip", "-n", host_ns, "route", "add", "default", "via", Gateway(index)}));
+  XSILO_RETURN_IF_ERROR(
+      run({"ip", "-n", nat_ns, "addr", "add", Gateway(index) + prefix_len, "dev", kLanDevice}));
+  XSILO_RETURN_IF_ERROR(run({"ip", "-n", nat_ns, "link", "set", kLanDevice, "up"}));
+  XSILO_RETURN_IF_ERROR(run({"ip", "-n", nat_ns, "link", "set", "lo", "up"}));
+  XSILO_RETURN_IF_ERROR(
+      run({"ip", "netns", "exec", nat_ns, "sysctl", "-qw", "net.ipv4.ip_forward=1"}));
+  const std::string rules_path = StateDir(o) + "/nat-" + s.name + ".nft";
+  {
+    std::ofstream out(rules_path);
+    out << NatRules(s.nat, index);
+    if (!out) return Internal("cannot write " + rules_path);
+  }
+  return run({"ip", "netns", "exec", nat_ns, "nft", "-f", rules_path})
+      .WithContext("loading the " + std::string(NatTypeName(s.nat)) + " NAT rules of site " +
+                   s.name);
+}
+
+}  // namespace internal
+}  // namespace xsilo::netem
