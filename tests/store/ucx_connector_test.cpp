@@ -1,0 +1,213 @@
+// The ucx connector: the conformance suite, plus what is particular to a
+// connector whose objects live in the putting process's server.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "store/connector_conformance.h"
+
+XSILO_CONNECTOR_CONFORMANCE(Ucx, {.name = "ucx", .config = [] {
+                                    return xsilo::ConnectorConfig{"ucx", {}};
+                                  }});
+
+namespace xsilo {
+namespace {
+
+std::unique_ptr<Connector> MakeUcx(std::map<std::string, std::string> options = {}) {
+  auto c = MakeConnector({"ucx", std::move(options)});
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? std::move(c).value() : nullptr;
+}
+
+std::unique_ptr<Connector> Rebuild(const ConnectorConfig& config,
+                                   std::map<std::string, std::string> overrides = {}) {
+  ConnectorConfig c = config;
+  for (auto& [k, v] : overrides) c.options[k] = v;
+  auto r = MakeConnector(c);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? std::move(r).value() : nullptr;
+}
+
+GatherList Gather(std::string_view s) {
+  GatherList g;
+  g.Append(Buffer::CopyFrom(s));
+  return g;
+}
+
+TEST(UcxConnector, IsRegistered) {
+  auto types = ConnectorTypes();
+  EXPECT_NE(std::find(types.begin(), types.end(), "ucx"), types.end());
+}
+
+TEST(UcxConnector, RejectsUnknownAndBadOptions) {
+  EXPECT_EQ(MakeConnector({"ucx", {{"colour", "red"}}}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeConnector({"ucx", {{"port", "70000"}}}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeConnector({"ucx", {{"serve", "sometimes"}}}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeConnector({"ucx", {{"chunk_bytes", "10"}}}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(UcxConnector, ConfigRecordsTheBoundPortAndKeysNameTheServer) {
+  auto c = MakeUcx();
+  ASSERT_TRUE(c);
+  ConnectorConfig config = c->config();
+  EXPECT_NE(config.options.at("port"), "0");
+  EXPECT_EQ(config.options.at("serve"), "on_put");
+  auto key = c->Put(Buffer::CopyFrom("x"));
+  ASSERT_TRUE(key.ok());
+  EXPECT_EQ(key->attrs.at("address"), "127.0.0.1:" + config.options.at("port"));
+}
+
+TEST(UcxConnector, SecondConnectorInTheProcessHoldingOnlyTheConfigReachesTheObjects) {
+  auto server = MakeUcx();
+  ASSERT_TRUE(server);
+  auto client = Rebuild(server->config());
+  ASSERT_TRUE(client);
+  auto key = server->Put(Buffer::CopyFrom("held by the first connector"));
+  ASSERT_TRUE(key.ok());
+  auto got = client->Get(*key);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ((*got)->view(), "held by the first connector");
+  EXPECT_TRUE(*client->Exists(*key));
+  // Evict and Set act on the first connector's server.
+  ASSERT_TRUE(client->Evict(*key).ok());
+  EXPECT_FALSE(*server->Exists(*key));
+  auto deferred = server->NewKey();
+  ASSERT_TRUE(deferred.ok());
+  ASSERT_TRUE(client->Set(*deferred, Gather("set remotely")).ok());
+  auto set = server->Get(*deferred);
+  ASSERT_TRUE(set.ok() && set->has_value());
+  EXPECT_EQ((*set)->view(), "set remotely");
+}
+
+TEST(UcxConnector, RebuiltConnectorServesWhatItPutsOnItsOwnPort) {
+  auto first = MakeUcx();
+  ASSERT_TRUE(first);
+  auto second = Rebuild(first->config());
+  ASSERT_TRUE(second);
+  auto key = second->Put(Buffer::CopyFrom("from the second"));
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  EXPECT_NE(key->attrs.at("address"), "127.0.0.1:" + first->config().options.at("port"));
+  auto got = first->Get(*key);
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_EQ((*got)->view(), "from the second");
+}
+
+TEST(UcxConnector, MaxBytesRefusesAPutPastTheBoundAndStoresNothing) {
+  auto c = MakeUcx({{"max_bytes", "1000"}});
+  ASSERT_TRUE(c);
+  auto a = c->Put(Buffer::CopyFrom(std::string(600, 'a')));
+  ASSERT_TRUE(a.ok());
+  auto b = c->Put(Buffer::CopyFrom(std::string(600, 'b')));
+  EXPECT_EQ(b.status().code(), StatusCode::kResourceExhausted) << b.status().ToString();
+  // The refused object took no room: after an eviction the same put fits.
+  ASSERT_TRUE(c->Evict(*a).ok());
+  auto again = c->Put(Buffer::CopyFrom(std::string(600, 'b')));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+
+  // A remote Set past the bound is refused too, and the server stays usable.
+  auto client = Rebuild(c->config());
+  ASSERT_TRUE(client);
+  auto deferred = c->NewKey();
+  ASSERT_TRUE(deferred.ok());
+  Status s = client->Set(*deferred, Gather(std::string(600, 'c')));
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_FALSE(*client->Exists(*deferred));
+  ASSERT_TRUE(client->Set(*deferred, Gather(std::string(300, 'c'))).ok());
+  EXPECT_EQ((*client->Get(*deferred))->size(), 300u);
+}
+
+TEST(UcxConnector, ServerThatWentAwayIsUnavailable) {
+  auto server = MakeUcx();
+  ASSERT_TRUE(server);
+  auto key = server->Put(Buffer::CopyFrom("soon gone"));
+  ASSERT_TRUE(key.ok());
+  auto client = Rebuild(server->config(), {{"timeout_ms", "5000"}});
+  ASSERT_TRUE(client);
+  ASSERT_TRUE(client->Get(*key).ok());  // an idle endpoint to the server now exists
+  server->Close();
+  server.reset();
+  auto got = client->Get(*key);
+  EXPECT_EQ(got.status().code(), StatusCode::kUnavailable) << got.status().ToString();
+  EXPECT_EQ(client->Exists(*key).status().code(), StatusCode::kUnavailable);
+  // A fresh client, with no endpoint yet, too.
+  auto fresh = Rebuild(client->config(), {{"timeout_ms", "5000"}});
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(fresh->Get(*key).status().code(), StatusCode::kUnavailable);
+}
+
+TEST(UcxConnector, SilentPeerTimesOutAsUnavailable) {
+  // A TCP port that accepts connections and never speaks UCX.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 16), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::string address = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+
+  auto client = MakeUcx({{"serve", "on_put"}, {"timeout_ms", "500"}});
+  ASSERT_TRUE(client);
+  Key key{"ucx", RandomObjectId(), 1, {{"address", address}}};
+  auto start = std::chrono::steady_clock::now();
+  auto got = client->Get(key);
+  auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(got.status().code(), StatusCode::kUnavailable) << got.status().ToString();
+  EXPECT_GE(waited, std::chrono::milliseconds(500));
+  client->Close();
+  close(fd);
+}
+
+TEST(UcxConnector, RejectsKeysWithoutAnAddressAndOfOtherConnectors) {
+  auto c = MakeUcx({{"serve", "on_put"}});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->Get(Key{"redis", RandomObjectId(), 0, {}}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->Get(Key{"ucx", RandomObjectId(), 0, {}}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->Exists(Key{"ucx", "short", 0, {{"address", "127.0.0.1:1"}}}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(UcxConnector, CloseIsIdempotentAndLaterRemoteCallsAreUnavailable) {
+  auto server = MakeUcx();
+  ASSERT_TRUE(server);
+  auto key = server->Put(Buffer::CopyFrom("x"));
+  ASSERT_TRUE(key.ok());
+  auto client = Rebuild(server->config());
+  ASSERT_TRUE(client);
+  client->Close();
+  client->Close();
+  EXPECT_EQ(client->Get(*key).status().code(), StatusCode::kUnavailable);
+  server->Close();
+}
+
+TEST(UcxConnector, SmallChunksReassembleIntoOneBuffer) {
+  auto server = MakeUcx({{"chunk_bytes", "4096"}});
+  ASSERT_TRUE(server);
+  std::string bytes(1'000'003, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 131 + 7);
+  GatherList g;
+  g.Append(Buffer::CopyFrom(bytes.substr(0, 5000)));
+  g.Append(Buffer::CopyFrom(bytes.substr(5000)));
+  auto key = server->Put(g);
+  ASSERT_TRUE(key.ok());
+  auto client = Rebuild(server->config());
+  ASSERT_TRUE(client);
+  auto got = client->Get(*key);
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_EQ((*got)->view(), bytes);
+}
+
+}  // namespace
+}  // namespace xsilo
