@@ -5,9 +5,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <ucp/api/ucp.h>
+
+#include <array>
+#include <atomic>
 #include <chrono>
+#include <future>
+#include <thread>
 
 #include "store/connector_conformance.h"
+#include "transport/test_util.h"
+#include "xsilo/core/codec.h"
 
 XSILO_CONNECTOR_CONFORMANCE(Ucx, {.name = "ucx", .config = [] {
                                     return xsilo::ConnectorConfig{"ucx", {}};
@@ -36,6 +44,120 @@ GatherList Gather(std::string_view s) {
   g.Append(Buffer::CopyFrom(s));
   return g;
 }
+
+// A UCX server that answers the first request of its first client with 24
+// bytes that are no reply header.
+class GarbageServer {
+ public:
+  GarbageServer() {
+    std::future<int> port = port_.get_future();
+    thread_ = std::thread([this] { Run(); });
+    bound_ = port.get();
+  }
+  ~GarbageServer() {
+    stop_ = true;
+    thread_.join();
+  }
+  int port() const { return bound_; }
+
+ private:
+  static void OnConn(ucp_conn_request_h request, void* arg) {
+    auto* self = static_cast<GarbageServer*>(arg);
+    if (self->ep_) return;
+    ucp_ep_params_t p{};
+    p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    p.conn_request = request;
+    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    p.err_handler.cb = [](void*, ucp_ep_h, ucs_status_t) {};
+    if (ucp_ep_create(self->worker_, &p, &self->ep_) != UCS_OK) self->ep_ = nullptr;
+  }
+
+  void Run() {
+    ucp_config_t* config = nullptr;
+    ucp_config_read(nullptr, nullptr, &config);
+    ucp_config_modify(config, "TLS", "tcp");
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_STREAM;
+    ucp_context_h context = nullptr;
+    if (ucp_init(&params, config, &context) != UCS_OK) return port_.set_value(0);
+    ucp_config_release(config);
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    ucp_worker_create(context, &wp, &worker_);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ucp_listener_params_t lp{};
+    lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(&addr);
+    lp.sockaddr.addrlen = sizeof(addr);
+    lp.conn_handler.cb = &GarbageServer::OnConn;
+    lp.conn_handler.arg = this;
+    ucp_listener_h listener = nullptr;
+    ucp_listener_create(worker_, &lp, &listener);
+    ucp_listener_attr_t attr{};
+    attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+    ucp_listener_query(listener, &attr);
+    port_.set_value(ntohs(reinterpret_cast<const sockaddr_in*>(&attr.sockaddr)->sin_port));
+
+    std::array<uint8_t, 48> request{};
+    std::array<uint8_t, 24> garbage;
+    garbage.fill(0xee);
+    void* recv = nullptr;
+    void* send = nullptr;
+    bool received = false, answered = false;
+    while (!stop_) {
+      ucp_worker_progress(worker_);
+      if (ep_ && !recv && !received) {
+        ucp_request_param_t p{};
+        p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        p.flags = UCP_STREAM_RECV_FLAG_WAITALL;
+        size_t length = 0;
+        recv = ucp_stream_recv_nbx(ep_, request.data(), request.size(), &length, &p);
+        if (recv == nullptr) received = true;
+      }
+      size_t length = 0;
+      if (recv && !UCS_PTR_IS_ERR(recv) &&
+          ucp_stream_recv_request_test(recv, &length) != UCS_INPROGRESS) {
+        ucp_request_free(recv);
+        recv = nullptr;
+        received = true;
+      }
+      if (received && !answered) {
+        ucp_request_param_t p{};
+        send = ucp_stream_send_nbx(ep_, garbage.data(), garbage.size(), &p);
+        answered = true;
+      }
+      if (send && !UCS_PTR_IS_ERR(send) && ucp_request_check_status(send) != UCS_INPROGRESS) {
+        ucp_request_free(send);
+        send = nullptr;
+      }
+    }
+    if (ep_) {
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      void* close = ucp_ep_close_nbx(ep_, &p);
+      while (close && !UCS_PTR_IS_ERR(close) && ucp_request_check_status(close) == UCS_INPROGRESS) {
+        ucp_worker_progress(worker_);
+      }
+      if (close && !UCS_PTR_IS_ERR(close)) ucp_request_free(close);
+    }
+    ucp_listener_destroy(listener);
+    ucp_worker_destroy(worker_);
+    ucp_cleanup(context);
+  }
+
+  std::promise<int> port_;
+  int bound_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  ucp_worker_h worker_ = nullptr;
+  ucp_ep_h ep_ = nullptr;
+};
 
 TEST(UcxConnector, IsRegistered) {
   auto types = ConnectorTypes();
@@ -207,6 +329,43 @@ TEST(UcxConnector, SmallChunksReassembleIntoOneBuffer) {
   auto got = client->Get(*key);
   ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
   EXPECT_EQ((*got)->view(), bytes);
+}
+
+TEST(UcxConnector, MalformedReplyIsCorrupt) {
+  GarbageServer garbage;
+  ASSERT_NE(garbage.port(), 0);
+  auto client = MakeUcx({{"serve", "on_put"}, {"timeout_ms", "20000"}});
+  ASSERT_TRUE(client);
+  Key key{"ucx", RandomObjectId(), 1, {{"address", "127.0.0.1:" + std::to_string(garbage.port())}}};
+  auto got = client->Get(key);
+  EXPECT_EQ(got.status().code(), StatusCode::kCorrupt) << got.status().ToString();
+  client->Close();
+}
+
+// The conformance suite's 2.25 GiB object stays in one process; this one
+// crosses the network in chunks and arrives as one Buffer.
+TEST(UcxConnector, RemoteGetOver2GiBArrivesInOneBuffer) {
+  auto server = MakeUcx();
+  ASSERT_TRUE(server);
+  const uint64_t size = (uint64_t{9} << 28) + 5;
+  uint64_t want;
+  Key key;
+  {
+    Buffer b = testing::PatternTensor(size, 13).data;
+    want = Checksum(b.span());
+    auto k = server->Put(b);
+    ASSERT_TRUE(k.ok()) << k.status().ToString();
+    key = *k;
+  }
+  auto client = Rebuild(server->config());
+  ASSERT_TRUE(client);
+  auto got = client->Get(key);
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_EQ((*got)->size(), size);
+  EXPECT_EQ(Checksum((*got)->span()), want);
+  got = {std::nullopt};
+  ASSERT_TRUE(client->Evict(key).ok());
+  EXPECT_FALSE(*server->Exists(key));
 }
 
 }  // namespace
