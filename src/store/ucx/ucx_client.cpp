@@ -88,12 +88,14 @@ void Worker::StartCall(const std::shared_ptr<ClientCall>& call) {
   };
   Send(conn, call->request.data(), call->request.size(), failed("sending a request to"));
   if (call->body.size > 0) {
-    SendBody(conn, call->body, [this, call, failed](ucs_status_t st) {
-      if (st != UCS_OK) return failed("sending an object to")(st);
-      call->Touch();
-      call->sent = true;
-      if (call->replied) FinishCall(call, Status::OK());
-    });
+    SendBody(
+        conn, call->body, [call] { call->Touch(); },
+        [this, call, failed](ucs_status_t st) {
+          if (st != UCS_OK) return failed("sending an object to")(st);
+          call->Touch();
+          call->sent = true;
+          if (call->replied) FinishCall(call, Status::OK());
+        });
   } else {
     call->sent = true;
   }

@@ -85,7 +85,7 @@ void Worker::Answer(const std::shared_ptr<Conn>& conn, Reply reply, GatherList b
     if (st != UCS_OK) CloseConn(conn, "client went away");
   });
   if (body.size > 0) {
-    SendBody(conn, body, [this, conn](ucs_status_t st) {
+    SendBody(conn, body, nullptr, [this, conn](ucs_status_t st) {
       if (st != UCS_OK) CloseConn(conn, "client went away");
     });
   }

@@ -297,14 +297,17 @@ void Worker::Recv(const std::shared_ptr<Conn>& conn, void* data, size_t size, Do
   Track(ucp_stream_recv_nbx(conn->ep, data, size, &length, &p), ctx);
 }
 
-void Worker::SendBody(const std::shared_ptr<Conn>& conn, const GatherList& bytes, Done done) {
+void Worker::SendBody(const std::shared_ptr<Conn>& conn, const GatherList& bytes,
+                      std::function<void()> progress, Done done) {
   struct State {
     int pending = 1;
     bool failed = false;
+    std::function<void()> progress;
     Done done;
     GatherList keep;  // the bytes stay alive until the last piece is sent
   };
   auto s = std::make_shared<State>();
+  s->progress = std::move(progress);
   s->done = std::move(done);
   s->keep = bytes;
   auto piece_done = [s](ucs_status_t st) {
@@ -314,6 +317,8 @@ void Worker::SendBody(const std::shared_ptr<Conn>& conn, const GatherList& bytes
       s->done(st);
     } else if (--s->pending == 0) {
       s->done(UCS_OK);
+    } else if (s->progress) {
+      s->progress();
     }
   };
   for (const Buffer& seg : s->keep.segments) {

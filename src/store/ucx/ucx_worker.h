@@ -83,8 +83,10 @@ class Worker {
   using Done = std::function<void(ucs_status_t)>;
   void Send(const std::shared_ptr<Conn>& conn, const void* data, size_t size, Done done);
   void Recv(const std::shared_ptr<Conn>& conn, void* data, size_t size, Done done);
-  // Sends `bytes` in pieces of at most chunk_bytes; `done` after the last.
-  void SendBody(const std::shared_ptr<Conn>& conn, const GatherList& bytes, Done done);
+  // Sends `bytes` in pieces of at most chunk_bytes; `progress` after each
+  // piece, `done` after the last.
+  void SendBody(const std::shared_ptr<Conn>& conn, const GatherList& bytes,
+                std::function<void()> progress, Done done);
   // Receives `size` bytes into `out` in pieces of at most chunk_bytes.
   void RecvBody(const std::shared_ptr<Conn>& conn, uint8_t* out, uint64_t size,
                 std::function<void()> progress, Done done);
