@@ -331,6 +331,33 @@ TEST(UcxConnector, SmallChunksReassembleIntoOneBuffer) {
   EXPECT_EQ((*got)->view(), bytes);
 }
 
+TEST(UcxConnector, ConcurrentRemoteCallsFrom8Threads) {
+  auto server = MakeUcx();
+  ASSERT_TRUE(server);
+  auto client = Rebuild(server->config());
+  ASSERT_TRUE(client);
+  constexpr int kThreads = 8, kEach = 20;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        std::string bytes(1000 + 4099 * i + t, static_cast<char>('a' + t));
+        auto key = server->NewKey();
+        if (!key.ok() || !client->Set(*key, Gather(bytes)).ok()) {
+          ++failures;
+          continue;
+        }
+        auto got = client->Get(*key);
+        if (!got.ok() || !got->has_value() || (*got)->view() != bytes) ++failures;
+        if (!client->Evict(*key).ok() || *client->Exists(*key)) ++failures;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
 TEST(UcxConnector, MalformedReplyIsCorrupt) {
   GarbageServer garbage;
   ASSERT_NE(garbage.port(), 0);
