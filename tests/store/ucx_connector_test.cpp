@@ -175,6 +175,13 @@ TEST(UcxConnector, RejectsUnknownAndBadOptions) {
             StatusCode::kInvalidArgument);
 }
 
+TEST(UcxConnector, APortInUseIsUnavailable) {
+  auto first = MakeUcx();
+  ASSERT_TRUE(first);
+  auto second = MakeConnector({"ucx", {{"port", first->config().options.at("port")}}});
+  EXPECT_EQ(second.status().code(), StatusCode::kUnavailable) << second.status().ToString();
+}
+
 TEST(UcxConnector, ConfigRecordsTheBoundPortAndKeysNameTheServer) {
   auto c = MakeUcx();
   ASSERT_TRUE(c);

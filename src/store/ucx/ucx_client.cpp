@@ -50,6 +50,8 @@ Result<CallResult> Worker::Call(const std::string& address, const Request& reque
 }
 
 void Worker::StartCall(const std::shared_ptr<ClientCall>& call) {
+  // Posted just before Stop: the worker is shutting down.
+  if (stopped_) return FinishCall(call, Unavailable("ucx connector closed"));
   std::shared_ptr<Conn> conn;
   auto& idle = idle_[call->address];
   while (!idle.empty() && !conn) {

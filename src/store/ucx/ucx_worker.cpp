@@ -239,6 +239,10 @@ Result<int> Worker::Listen(const std::string& host, int port) {
   auto promise = std::make_shared<std::promise<Result<int>>>();
   auto future = promise->get_future();
   bool posted = Post([this, addr, promise, host] {
+    if (stopped_) {
+      promise->set_value(Unavailable("ucx connector closed"));
+      return;
+    }
     if (listener_) {
       promise->set_value(FailedPrecondition("ucx: already listening"));
       return;
