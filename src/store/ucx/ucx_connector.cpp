@@ -1,7 +1,8 @@
 // ucx: objects served by the process that put them, fetched over UCP.
 //
-// Each connector runs a UCP worker with a progress thread and, once it
-// stores something, a listener on host:port serving its objects from memory.
+// Each connector runs a UCP worker with a progress thread and a listener on
+// host:port (at construction, or at the first put with serve=on_put) that
+// serves the objects it put from memory.
 // A key names the server holding the object (attr "address" = host:port), so
 // any process holding the key and a ucx config fetches it from there. A
 // connector rebuilt from config() does not bind the original port: it is a
@@ -14,6 +15,7 @@
 //   max_bytes    default 0 (unbounded), bytes this process's server holds
 //   chunk_bytes  default 67108864 (64 MiB), largest piece of a transfer
 //   tls          default "tcp", UCX transports (UCX_TLS); "" keeps UCX's
+//                own choice (the environment's UCX_TLS, else all)
 #include <mutex>
 
 #include "store/builtin.h"
