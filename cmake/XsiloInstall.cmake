@@ -108,6 +108,7 @@ install(EXPORT xsiloTargets NAMESPACE xsilo:: DESTINATION ${XSILO_INSTALL_CMAKED
 # xsiloConfig.cmake finds again what the static libraries link (see
 # cmake/xsiloConfig.cmake.in); these say how this build found them.
 set(XSILO_CONFIG_HAVE_TENSORPIPE ${XSILO_HAVE_TENSORPIPE})
+set(XSILO_CONFIG_HAVE_UCX ${XSILO_HAVE_UCX})
 set(XSILO_TP_TARGETS_DIR "")
 if(XSILO_HAVE_TENSORPIPE AND XSILO_TP_TARGETS)
   get_filename_component(XSILO_TP_TARGETS_DIR ${XSILO_TP_TARGETS} DIRECTORY)

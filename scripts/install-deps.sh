@@ -29,6 +29,8 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   # tensorpipe transport (optional: without it the backend is not built)
   libtensorpipe-dev
+  # ucx connector (optional: without it the connector is not built)
+  libucx-dev
   # netem (namespaces; iperf3 for `xsilo netem check`)
   iproute2 iperf3
   # netem sites behind a NAT (nftables masquerade in a NAT box namespace)

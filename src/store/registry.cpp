@@ -17,6 +17,9 @@ const std::vector<std::pair<std::string, Factory>>& Factories() {
       {"memory", MakeMemoryConnector}, {"file", MakeFileConnector},
       {"redis", MakeRedisConnector},   {"s3", MakeS3Connector},
       {"multi", MakeMultiConnector},   {"faulty", MakeFaultyConnector},
+#ifdef XSILO_HAVE_UCX
+      {"ucx", MakeUcxConnector},
+#endif
   };
   return factories;
 }
