@@ -11,6 +11,7 @@
 #include "store/builtin.h"
 #include "store/connector_conformance.h"
 #include "store/zmq/object_server.h"
+#include "store/zmq/zmq_protocol.h"
 #include "transport/test_util.h"
 #include "xsilo/core/codec.h"
 
@@ -19,12 +20,9 @@ XSILO_CONNECTOR_CONFORMANCE(Zmq, {.name = "zmq", .config = [] {
                                   }});
 // Small frames, so that the cross-process Get arrives in many chunks.
 XSILO_CONNECTOR_CONFORMANCE(ZmqSmallChunks,
-                            {.name = "zmq_small_chunks",
-                             .config =
-                                 [] {
-                                   return xsilo::ConnectorConfig{"zmq", {{"chunk_bytes", "65536"}}};
-                                 },
-                             .huge_payloads = false});
+                            {.name = "zmq_small_chunks", .config = [] {
+                               return xsilo::ConnectorConfig{"zmq", {{"chunk_bytes", "65536"}}};
+                             }});
 
 namespace xsilo::testing {
 namespace {
@@ -220,6 +218,39 @@ TEST(ZmqConnector, RejectsBadOptionsAndKeys) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(c->Get(Key{"redis", "abc", 0, {{"addr", "tcp://127.0.0.1:1"}}}).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+TEST(ZmqConnector, AbandonedSetReleasesItsReservation) {
+  ServerOptions o;
+  o.max_bytes = 2000;
+  o.timeout_ms = 100;
+  o.register_in_process = false;
+  auto server = ObjectServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  // A client that sends the first chunk of 2000 bytes and goes quiet.
+  void* context = zmq_ctx_new();
+  void* dealer = zmq_socket(context, ZMQ_DEALER);
+  int zero = 0;
+  zmq_setsockopt(dealer, ZMQ_LINGER, &zero, sizeof zero);
+  ASSERT_EQ(zmq_connect(dealer, (*server)->address().c_str()), 0);
+  std::string header = zmq_store::EncodeRequest({zmq_store::Op::kSet, 1, 2000, 0, "quiet"});
+  zmq_send(dealer, header.data(), header.size(), ZMQ_SNDMORE);
+  zmq_send(dealer, "0123456789", 10, 0);
+
+  // The server gives up on the quiet Set after its 100 ms and releases the
+  // 2000 bytes it held (the deadline only catches a Set never dropped).
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while ((*server)->abandoned_sets() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ((*server)->abandoned_sets(), 1u);
+  EXPECT_EQ((*server)->reserved_bytes(), 0u);
+  auto client = Make({{"role", "client"}});
+  Status s = client->Set(KeyAt((*server)->address()), Gather({PatternTensor(2000, 9).data}));
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ((*server)->stored_bytes(), 2000u);
+  zmq_close(dealer);
+  zmq_ctx_term(context);
 }
 
 // A ROUTER that answers the first request it receives with `frames`.

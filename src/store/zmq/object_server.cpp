@@ -158,6 +158,11 @@ uint64_t ObjectServer::stored_bytes() const {
   return stored_;
 }
 
+uint64_t ObjectServer::reserved_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reserved_;
+}
+
 Status ObjectServer::Reserve(uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   if (options_.max_bytes != 0 && stored_ + reserved_ + bytes > options_.max_bytes) {
@@ -192,6 +197,7 @@ void ObjectServer::Serve() {
         }
         if (it->second.reserved) Unreserve(it->second.total);
         it = incoming.erase(it);
+        ++abandoned_;
       }
       if (ready == 0) continue;
     }

@@ -57,6 +57,10 @@ class ObjectServer {
   bool Contains(const std::string& id) const;
   void Erase(const std::string& id);
   uint64_t stored_bytes() const;
+  // Bytes held for Sets still arriving.
+  uint64_t reserved_bytes() const;
+  // Sets dropped because their next chunk took longer than timeout_ms.
+  uint64_t abandoned_sets() const { return abandoned_.load(); }
 
   // Stops serving and joins the thread (idempotent). Objects stay readable
   // through this object, not through the network.
@@ -78,6 +82,7 @@ class ObjectServer {
   void* socket_ = nullptr;
   std::thread thread_;
   std::once_flag stopped_;
+  std::atomic<uint64_t> abandoned_{0};
 
   mutable std::mutex mu_;
   std::map<std::string, Buffer> objects_;
