@@ -216,6 +216,9 @@ TEST(ZmqConnector, RejectsBadOptionsAndKeys) {
   EXPECT_EQ(c->Get(Key{"zmq", "abc", 0, {}}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(c->Get(Key{"zmq", "abc", 0, {{"addr", "udp://x"}}}).status().code(),
             StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      c->Get(Key{"zmq", std::string(200, 'a'), 0, {{"addr", "tcp://127.0.0.1:1"}}}).status().code(),
+      StatusCode::kInvalidArgument);
   EXPECT_EQ(c->Get(Key{"redis", "abc", 0, {{"addr", "tcp://127.0.0.1:1"}}}).status().code(),
             StatusCode::kInvalidArgument);
 }

@@ -68,12 +68,9 @@ Result<std::shared_ptr<ObjectServer>> ObjectServer::Start(const ServerOptions& o
   if (options.host.find(':') != std::string::npos) {
     zmq_setsockopt(s->socket_, ZMQ_IPV6, &one, sizeof one);
   }
-  std::string endpoint = options.port == 0 ? TcpAddress(options.host, 1) : "";
-  if (options.port == 0) {
-    endpoint = endpoint.substr(0, endpoint.rfind(':')) + ":*";
-  } else {
-    endpoint = TcpAddress(options.host, options.port);
-  }
+  // "tcp://host:*" binds an ephemeral port.
+  std::string endpoint = TcpAddress(options.host, options.port == 0 ? 1 : options.port);
+  if (options.port == 0) endpoint = endpoint.substr(0, endpoint.rfind(':')) + ":*";
   if (zmq_bind(s->socket_, endpoint.c_str()) != 0) {
     Status err = Unavailable("zmq connector cannot bind " + endpoint + ": " + zmq_strerror(errno));
     zmq_close(s->socket_);

@@ -132,6 +132,10 @@ class ZmqConnector final : public Connector {
     if (key.connector != "zmq") {
       return InvalidArgument("key of connector '" + key.connector + "' given to a zmq connector");
     }
+    if (key.id.empty() || key.id.size() > zmq_store::kMaxIdBytes) {
+      return InvalidArgument("zmq key id must be 1 to " + std::to_string(zmq_store::kMaxIdBytes) +
+                             " bytes");
+    }
     auto it = key.attrs.find("addr");
     if (it == key.attrs.end() || !zmq_store::IsTcpAddress(it->second)) {
       return InvalidArgument("zmq key " + key.id + " has no server address (attr addr)");
