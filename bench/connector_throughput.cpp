@@ -241,8 +241,8 @@ Result<uint64_t> ParseSize(const std::string& text) {
   }
   std::string unit = text.substr(used);
   static const std::map<std::string, double> units = {
-      {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"KiB", 1024.0},
-      {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+      {"", 1},     {"B", 1},        {"KB", 1e3},        {"MB", 1e6},
+      {"GB", 1e9}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
   auto it = units.find(unit);
   if (it == units.end() || v < 0) return InvalidArgument("bad size '" + text + "'");
   return static_cast<uint64_t>(v * it->second);
@@ -286,9 +286,9 @@ Status Measure(const ConnectorConfig& base, uint64_t bytes, int repeats, Row* ro
     XSILO_RETURN_IF_ERROR(c->Evict(key));
 
     XSILO_ASSIGN_OR_RETURN(Key deferred, c->NewKey());
-    XSILO_ASSIGN_OR_RETURN(double set_s, InChild("set\n" + config + "\n" + deferred.ToJson() +
-                                                 "\n0\n" + std::to_string(bytes) + "\n" +
-                                                 std::to_string(seed)));
+    XSILO_ASSIGN_OR_RETURN(double set_s,
+                           InChild("set\n" + config + "\n" + deferred.ToJson() + "\n0\n" +
+                                   std::to_string(bytes) + "\n" + std::to_string(seed)));
     set.push_back(bytes / 1e6 / set_s);
     {
       XSILO_ASSIGN_OR_RETURN(auto back, c->Get(deferred));
@@ -303,6 +303,20 @@ Status Measure(const ConnectorConfig& base, uint64_t bytes, int repeats, Row* ro
   row->set = Summarize(set);
   c->Close();
   return Status::OK();
+}
+
+// The glibc malloc tunables set in the environment (both processes see
+// them), as a JSON object: they change the receiving side's page faults.
+std::string MallocEnvironment() {
+  nlohmann::json env = nlohmann::json::object();
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    if (kv.rfind("MALLOC_", 0) == 0 || kv.rfind("GLIBC_TUNABLES=", 0) == 0) {
+      auto eq = kv.find('=');
+      env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+  }
+  return env.dump();
 }
 
 }  // namespace
@@ -407,13 +421,14 @@ int main(int argc, char** argv) {
   };
   for (const Row& r : rows) {
     std::printf("%-10s %14llu %26s %26s %26s %12.0f\n", r.connector.c_str(),
-                static_cast<unsigned long long>(r.bytes), cell(r.put).c_str(),
-                cell(r.get).c_str(), cell(r.set).c_str(), floor_mbps);
+                static_cast<unsigned long long>(r.bytes), cell(r.put).c_str(), cell(r.get).c_str(),
+                cell(r.set).c_str(), floor_mbps);
   }
 
   std::ostringstream json;
   json << "{\n  \"benchmark\": \"connector_throughput\",\n  \"command\": "
-       << nlohmann::json(command_line).dump() << ",\n  \"repeats\": " << repeats
+       << nlohmann::json(command_line).dump()
+       << ",\n  \"malloc_environment\": " << MallocEnvironment() << ",\n  \"repeats\": " << repeats
        << ",\n  \"iperf3_single_stream_MBps\": ";
   if (floor_mbps >= 0) {
     json << floor_mbps;
@@ -425,8 +440,7 @@ int main(int argc, char** argv) {
     const Row& r = rows[i];
     json << (i ? "," : "") << "\n    {\"connector\": \"" << r.connector
          << "\", \"bytes\": " << r.bytes << ", \"put_MBps\": " << StatsJson(r.put)
-         << ", \"get_MBps\": " << StatsJson(r.get) << ", \"set_MBps\": " << StatsJson(r.set)
-         << "}";
+         << ", \"get_MBps\": " << StatsJson(r.get) << ", \"set_MBps\": " << StatsJson(r.set) << "}";
   }
   json << "\n  ]\n}\n";
   std::ofstream(json_path) << json.str();
