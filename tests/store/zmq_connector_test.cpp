@@ -5,7 +5,12 @@
 // and a fake server that sends malformed replies.
 #include <zmq.h>
 
+#include <spawn.h>
+#include <sys/wait.h>
+
 #include <chrono>
+#include <cstdlib>
+#include <sstream>
 #include <thread>
 
 #include "store/builtin.h"
@@ -24,8 +29,59 @@ XSILO_CONNECTOR_CONFORMANCE(ZmqSmallChunks,
                                return xsilo::ConnectorConfig{"zmq", {{"chunk_bytes", "65536"}}};
                              }});
 
+extern char** environ;
+
 namespace xsilo::testing {
+
+// The child of SetFromAnotherProcess: fills a deferred key through a
+// connector rebuilt from the parent's config. Exit 0 when Set succeeded.
+constexpr const char* kSetChildEnv = "XSILO_ZMQ_SET_CHILD";
+
+bool RunZmqSetChildIfRequested(int* exit_code) {
+  const char* spec = std::getenv(kSetChildEnv);
+  if (!spec) return false;
+  std::istringstream in(spec);
+  std::string config_json, key_json, size, seed;
+  std::getline(in, config_json);
+  std::getline(in, key_json);
+  std::getline(in, size);
+  std::getline(in, seed);
+  auto config = ConnectorConfig::FromJson(config_json);
+  auto key = Key::FromJson(key_json);
+  if (!config.ok() || !key.ok()) {
+    *exit_code = 2;
+    return true;
+  }
+  auto c = MakeConnector(*config);
+  if (!c.ok()) {
+    *exit_code = 3;
+    return true;
+  }
+  GatherList g;
+  g.Append(PatternTensor(std::stoull(size), std::stoull(seed)).data);
+  *exit_code = (*c)->Set(*key, g).ok() ? 0 : 4;
+  return true;
+}
+
 namespace {
+
+int SetInChild(const ConnectorConfig& config, const Key& key, uint64_t size, uint64_t seed) {
+  std::string spec = config.ToJson() + "\n" + key.ToJson() + "\n" + std::to_string(size) + "\n" +
+                     std::to_string(seed);
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  env.push_back(std::string(kSetChildEnv) + "=" + spec);
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string exe = "/proc/self/exe";
+  char* argv[] = {exe.data(), nullptr};
+  pid_t pid;
+  if (posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data()) != 0) return -1;
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
 
 using zmq_store::ObjectServer;
 using zmq_store::ServerOptions;
@@ -92,6 +148,20 @@ TEST(ZmqConnector, RemoteSetGetExistsEvict) {
   EXPECT_FALSE(*client->Exists(key));
   EXPECT_TRUE(client->Evict(key).ok());
   EXPECT_EQ(server->stored_bytes(), 0u);
+}
+
+TEST(ZmqConnector, DeferredKeySetFromAnotherProcess) {
+  // 64 KiB chunks: 3 MB is more chunks than the client keeps in flight.
+  auto c = Make({{"chunk_bytes", "65536"}});
+  ASSERT_TRUE(c);
+  auto key = c->NewKey();
+  ASSERT_TRUE(key.ok());
+  EXPECT_FALSE(c->Get(*key)->has_value());
+  const uint64_t size = 3'000'000;
+  ASSERT_EQ(SetInChild(c->config(), *key, size, 17), 0);
+  auto got = c->Get(*key);
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_EQ((*got)->view(), PatternTensor(size, 17).data.view());
 }
 
 TEST(ZmqConnector, RemoteRoundTripOver2GiB) {

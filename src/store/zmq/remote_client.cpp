@@ -213,6 +213,7 @@ Status RemoteClient::Set(const std::string& address, const std::string& id,
   // flight, so a transfer that stalls fails after timeout_ms however large
   // the object. The last acknowledgement (offset == total) is the commit.
   int in_flight = 0;
+  uint64_t acknowledged_through = 0;
   auto acknowledged = [&]() -> Status {
     Frame data;
     XSILO_ASSIGN_OR_RETURN(ReplyHeader h, Receive(raw, address, request, &data));
@@ -220,6 +221,7 @@ Status RemoteClient::Set(const std::string& address, const std::string& id,
       return Corrupt("zmq server " + address + " sent a bad acknowledgement for " + id);
     }
     --in_flight;
+    acknowledged_through = h.offset;
     return Status::OK();
   };
   // Chunks never span segments, so every one is sent without a copy.
@@ -239,6 +241,11 @@ Status RemoteClient::Set(const std::string& address, const std::string& id,
     ++in_flight;
   }
   while (in_flight > 0) XSILO_RETURN_IF_ERROR(acknowledged());
+  if (acknowledged_through != bytes.size) {
+    return Corrupt("zmq server " + address + " acknowledged " +
+                   std::to_string(acknowledged_through) + " of " + std::to_string(bytes.size) +
+                   " bytes of " + id + " as the whole object");
+  }
   lease.Keep();
   return Status::OK();
 }
