@@ -13,6 +13,8 @@ PACKAGES=(
   nlohmann-json3-dev libxxhash-dev libcli11-dev libzstd-dev
   # store (redis connector; redis-server runs in the tests)
   libhiredis-dev redis-server
+  # store: the zmq connector (libzmq)
+  libzmq3-dev
   # grpc transport
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   # tests

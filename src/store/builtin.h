@@ -16,6 +16,7 @@ Result<std::unique_ptr<Connector>> MakeMemoryConnector(const ConnectorOptions& o
 Result<std::unique_ptr<Connector>> MakeFileConnector(const ConnectorOptions& options);
 Result<std::unique_ptr<Connector>> MakeRedisConnector(const ConnectorOptions& options);
 Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& options);
+Result<std::unique_ptr<Connector>> MakeZmqConnector(const ConnectorOptions& options);
 #ifdef XSILO_HAVE_UCX
 // Objects served by the putting process over UCP (src/store/ucx/).
 Result<std::unique_ptr<Connector>> MakeUcxConnector(const ConnectorOptions& options);

@@ -17,6 +17,7 @@ const std::vector<std::pair<std::string, Factory>>& Factories() {
       {"memory", MakeMemoryConnector}, {"file", MakeFileConnector},
       {"redis", MakeRedisConnector},   {"s3", MakeS3Connector},
       {"multi", MakeMultiConnector},   {"faulty", MakeFaultyConnector},
+      {"zmq", MakeZmqConnector},
 #ifdef XSILO_HAVE_UCX
       {"ucx", MakeUcxConnector},
 #endif
