@@ -5,6 +5,7 @@
 
 #include "store/connector_conformance.h"
 #include "store/store_test_util.h"
+#include "transport/test_util.h"
 #include "xsilo/store/future.h"
 #include "xsilo/store/multi.h"
 
@@ -24,12 +25,33 @@ ConnectorConfig ConformanceMultiConfig() {
   return MultiConnectorConfig({dormant, small, big});
 }
 
+// Small objects to Redis, large ones stay with their producer and are
+// served by a peer connector (zmq, ucx): the whole suite through the
+// routing, keys resolved in another process included (issue #33 item 5).
+ConnectorConfig SmallToRedisLargeToPeer(const std::string& peer_type) {
+  MultiMember small{"small", FreshConnectorConfig("redis"), {}};
+  small.policy.max_size = 1 << 20;
+  small.policy.priority = 1;
+  MultiMember large{"large", ConnectorConfig{peer_type, {}}, {}};
+  return MultiConnectorConfig({small, large});
+}
+
 }  // namespace
 }  // namespace xsilo::testing
 
 XSILO_CONNECTOR_CONFORMANCE(Multi, {.name = "multi", .config = [] {
                                       return ::xsilo::testing::ConformanceMultiConfig();
                                     }});
+XSILO_CONNECTOR_CONFORMANCE(MultiRedisZmq,
+                            {.name = "redis_zmq", .config = [] {
+                               return ::xsilo::testing::SmallToRedisLargeToPeer("zmq");
+                             }});
+#ifdef XSILO_HAVE_UCX
+XSILO_CONNECTOR_CONFORMANCE(MultiRedisUcx,
+                            {.name = "redis_ucx", .config = [] {
+                               return ::xsilo::testing::SmallToRedisLargeToPeer("ucx");
+                             }});
+#endif
 
 namespace xsilo {
 namespace {
@@ -45,6 +67,19 @@ std::unique_ptr<Connector> Multi(const std::vector<MultiMember>& members) {
 std::string RouteOf(const Result<Key>& key) {
   if (!key.ok()) return "error: " + key.status().ToString();
   return key->attrs.at("multi.route");
+}
+
+TEST(MultiConnector, SmallObjectsGoToRedisAndLargeOnesStayWithTheirProducer) {
+  auto c = MakeConnector(testing::SmallToRedisLargeToPeer("zmq"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto small = (*c)->Put(Buffer::CopyFrom(std::string(1000, 's')));
+  auto large = (*c)->Put(testing::PatternTensor(3 << 20, 1).data);
+  EXPECT_EQ(RouteOf(small), "small");
+  EXPECT_EQ(small->attrs.at("multi.type"), "redis");
+  EXPECT_EQ(RouteOf(large), "large");
+  EXPECT_EQ(large->attrs.at("multi.type"), "zmq");
+  EXPECT_EQ((*(*c)->Get(*large))->size(), 3u << 20);
+  (*c)->Close();
 }
 
 TEST(MultiConnector, RoutesBySize) {
