@@ -14,9 +14,10 @@ using Factory = std::function<Result<std::unique_ptr<Connector>>(const Connector
 
 const std::vector<std::pair<std::string, Factory>>& Factories() {
   static const std::vector<std::pair<std::string, Factory>> factories = {
-      {"memory", MakeMemoryConnector}, {"file", MakeFileConnector},
-      {"redis", MakeRedisConnector},   {"s3", MakeS3Connector},
-      {"multi", MakeMultiConnector},   {"faulty", MakeFaultyConnector},
+      {"memory", MakeMemoryConnector},     {"file", MakeFileConnector},
+      {"redis", MakeRedisConnector},       {"s3", MakeS3Connector},
+      {"endpoint", MakeEndpointConnector}, {"multi", MakeMultiConnector},
+      {"faulty", MakeFaultyConnector},
   };
   return factories;
 }
