@@ -94,6 +94,10 @@ class Endpoint {
 
   // A call on the owner's PEER API (direct or relayed). 5xx/4xx replies are
   // returned as replies; a broken path is Unavailable.
+  // One request line to the relay and its one-line answer (relay.h).
+  Result<std::string> AskRelay(const std::string& line);
+  const TlsIdentity& identity() const { return *identity_; }
+
   Result<PeerReply> CallPeer(const std::string& owner, const std::string& method,
                              const std::string& id, const GatherList* body);
 
@@ -110,7 +114,6 @@ class Endpoint {
   Status RegisterOnce(std::shared_ptr<TlsStream>* control);
   void ServeRelayed(const std::string& token);
   Result<std::unique_ptr<TlsStream>> DialRelay();
-  Result<std::string> AskRelay(const std::string& line);
 
   EndpointOptions o_;
   ObjectTable table_;

@@ -113,41 +113,36 @@ void Relay::ServeControl(int fd) {
   auto line = stream->ReadLine();
   bool keep = false;
   if (line.ok()) {
-    std::string reply = Handle(*line, *stream, &keep);
+    std::string reply = Handle(*line, stream, &keep);
     if (!keep) (void)stream->WriteLine(reply);
-  }
-  if (keep) {
-    std::istringstream in(*line);
-    std::string verb, uuid;
-    in >> verb >> uuid;
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = registry_.find(uuid);
-    if (it != registry_.end() && !it->second.control) it->second.control = stream;
   }
   Untrack(fd);
 }
 
-std::string Relay::Handle(const std::string& line, TlsStream& s, bool* keep) {
+std::string Relay::Handle(const std::string& line, const std::shared_ptr<TlsStream>& s,
+                          bool* keep) {
   std::istringstream in(line);
   std::string verb, a, b;
   in >> verb >> a >> b;
-  const std::string& fp = s.peer_fingerprint();
+  const std::string& fp = s->peer_fingerprint();
   if (fp.empty()) return "ERR PermissionDenied a client certificate is required";
   if (verb == "REGISTER") {
     if (!ValidName(a) || b.empty()) return "ERR InvalidArgument REGISTER <uuid> <addrs>";
-    std::string secret = RandomSecret();
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = registry_.find(a);
-    if (it != registry_.end() && it->second.fp != fp) {
-      return "ERR PermissionDenied endpoint " + a + " is registered with another certificate";
+    Registration reg{fp, b, RandomSecret(), s, std::make_shared<std::mutex>()};
+    // Visible at once (a LOOKUP right after the endpoint saw OK finds it),
+    // but its write lock is held until OK is out: no SERVE overtakes the OK.
+    std::unique_lock<std::mutex> write(*reg.write_mu);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = registry_.find(a);
+      if (it != registry_.end() && it->second.fp != fp) {
+        return "ERR PermissionDenied endpoint " + a + " is registered with another certificate";
+      }
+      if (it != registry_.end()) it->second.control->Interrupt();
+      registry_[a] = reg;
     }
-    if (it != registry_.end() && it->second.control) it->second.control->Interrupt();
-    Registration reg{fp, b, secret, nullptr, std::make_shared<std::mutex>()};
-    // The reply goes out before the registration is visible: a SERVE line
-    // must not overtake the OK.
-    if (!s.WriteLine("OK " + secret).ok()) return "";
-    registry_[a] = std::move(reg);
     *keep = true;
+    if (!s->WriteLine("OK " + reg.secret).ok()) s->Interrupt();
     return "";
   }
   // LOOKUP and RELAY: the caller must be a registered endpoint.

@@ -71,7 +71,7 @@ class Relay {
   void ServeControl(int fd);
   void ServeJoin(int fd);
   void Pump(int from, int to, bool to_requester);
-  std::string Handle(const std::string& line, TlsStream& s, bool* keep);
+  std::string Handle(const std::string& line, const std::shared_ptr<TlsStream>& s, bool* keep);
   void Track(int fd);
   void Untrack(int fd);
 

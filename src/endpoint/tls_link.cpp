@@ -216,6 +216,7 @@ Result<std::string> TlsStream::ReadLine(size_t max) {
     rbuf_.erase(0, rpos_);
     rpos_ = 0;
     char chunk[4096];
+    SigpipeGuard guard;  // a read may write (TLS 1.3 key updates, alerts)
     int r = SSL_read(ssl_, chunk, sizeof chunk);
     if (r <= 0) return Unavailable("TLS read: connection closed or timed out");
     rbuf_.append(chunk, static_cast<size_t>(r));
@@ -227,6 +228,7 @@ Status TlsStream::ReadExact(void* data, size_t n) {
   size_t have = std::min(n, rbuf_.size() - rpos_);
   std::memcpy(out, rbuf_.data() + rpos_, have);
   rpos_ += have;
+  SigpipeGuard guard;
   while (have < n) {
     int r = SSL_read(ssl_, out + have, static_cast<int>(std::min<size_t>(n - have, 1 << 30)));
     if (r <= 0) {
