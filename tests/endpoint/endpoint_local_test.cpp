@@ -17,6 +17,8 @@ TEST(EndpointConnector, UnknownOptionIsInvalidArgument) {
   EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
   c = MakeConnector({"endpoint", {{"address", "127.0.0.1:1"}, {"timeout_ms", "0"}}});
   EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  c = MakeConnector({"endpoint", {{"address", "127.0.0.1:1"}, {"put_to", "a/b"}}});
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(EndpointConnector, UnreachableEndpointIsUnavailable) {

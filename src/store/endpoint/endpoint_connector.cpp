@@ -5,6 +5,9 @@
 // relay) when it is another one. Options:
 //   address     host:port of the local endpoint's API (required)
 //   timeout_ms  default 60000: connect, and each blocked send/recv
+//   put_to      default none: puts (and NewKey) make objects owned by this
+//               endpoint UUID, reached through the local endpoint, instead
+//               of by the local one (a site that keeps no objects itself)
 #include <chrono>
 #include <mutex>
 
@@ -20,20 +23,37 @@ using endpoint_net::HttpCall;
 using endpoint_net::HttpReply;
 using endpoint_net::StatusOfReply;
 
+bool ValidToken(const std::string& s) {
+  if (s.empty() || s.size() > 128) return false;
+  for (char c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
+  }
+  return true;
+}
+
 class EndpointConnector final : public Connector {
  public:
-  EndpointConnector(std::string address, HostPort server, int timeout_ms)
-      : address_(std::move(address)), server_(std::move(server)), timeout_(timeout_ms) {}
+  EndpointConnector(std::string address, HostPort server, int timeout_ms, std::string put_to)
+      : address_(std::move(address)),
+        server_(std::move(server)),
+        timeout_(timeout_ms),
+        put_to_(std::move(put_to)) {}
 
   std::string_view type() const override { return "endpoint"; }
   ConnectorConfig config() const override {
-    return {"endpoint", {{"address", address_}, {"timeout_ms", std::to_string(timeout_.count())}}};
+    ConnectorOptions m = {{"address", address_}, {"timeout_ms", std::to_string(timeout_.count())}};
+    if (!put_to_.empty()) m["put_to"] = put_to_;
+    return {"endpoint", m};
   }
 
   Result<Key> Put(const GatherList& bytes) override {
     Key key{"endpoint", RandomObjectId(), bytes.size, {}};
-    XSILO_ASSIGN_OR_RETURN(HttpReply r, Call("PUT", Target(key.id, ""), &bytes));
+    XSILO_ASSIGN_OR_RETURN(HttpReply r, Call("PUT", Target(key.id, put_to_), &bytes));
     if (r.status != 201 && r.status != 200) return StatusOfReply(r, "endpoint put " + key.id);
+    if (!put_to_.empty()) {
+      key.attrs["endpoint"] = put_to_;
+      return key;
+    }
     auto owner = r.headers.find("x-xsilo-endpoint");
     if (owner == r.headers.end()) return Corrupt("endpoint put reply names no endpoint");
     key.attrs["endpoint"] = owner->second;
@@ -41,6 +61,7 @@ class EndpointConnector final : public Connector {
   }
 
   Result<Key> NewKey() override {
+    if (!put_to_.empty()) return Key{"endpoint", RandomObjectId(), 0, {{"endpoint", put_to_}}};
     XSILO_ASSIGN_OR_RETURN(std::string uuid, LocalUuid());
     return Key{"endpoint", RandomObjectId(), 0, {{"endpoint", uuid}}};
   }
@@ -78,14 +99,6 @@ class EndpointConnector final : public Connector {
   }
 
  private:
-  static bool ValidToken(const std::string& s) {
-    if (s.empty() || s.size() > 128) return false;
-    for (char c : s) {
-      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
-    }
-    return true;
-  }
-
   Result<std::string> OwnerOf(const Key& key) const {
     if (key.connector != "endpoint") {
       return InvalidArgument("key of connector '" + key.connector +
@@ -127,6 +140,7 @@ class EndpointConnector final : public Connector {
   const std::string address_;
   const HostPort server_;
   const std::chrono::milliseconds timeout_;
+  const std::string put_to_;
   std::mutex mu_;
   std::string uuid_;  // the local endpoint's, once asked
 };
@@ -134,14 +148,20 @@ class EndpointConnector final : public Connector {
 }  // namespace
 
 Result<std::unique_ptr<Connector>> MakeEndpointConnector(const ConnectorOptions& options) {
-  XSILO_RETURN_IF_ERROR(CheckConnectorOptions("endpoint", options, {"address", "timeout_ms"}));
+  XSILO_RETURN_IF_ERROR(
+      CheckConnectorOptions("endpoint", options, {"address", "timeout_ms", "put_to"}));
   auto it = options.find("address");
   if (it == options.end()) return InvalidArgument("endpoint connector needs option 'address'");
   XSILO_ASSIGN_OR_RETURN(HostPort hp, endpoint_net::ParseHostPort(it->second));
   XSILO_ASSIGN_OR_RETURN(int64_t timeout,
                          ConnectorIntOption("endpoint", options, "timeout_ms", 60000, 1, 86400000));
+  std::string put_to;
+  if (auto p = options.find("put_to"); p != options.end()) {
+    put_to = p->second;
+    if (!ValidToken(put_to)) return InvalidArgument("endpoint option put_to is not a valid uuid");
+  }
   return std::unique_ptr<Connector>(
-      new EndpointConnector(it->second, std::move(hp), static_cast<int>(timeout)));
+      new EndpointConnector(it->second, std::move(hp), static_cast<int>(timeout), put_to));
 }
 
 }  // namespace xsilo
