@@ -108,7 +108,8 @@ class Endpoint {
   // Peer API
   void PeerAcceptLoop();
   void ServePeerSession(std::unique_ptr<TlsStream> s);
-  void RunSession(std::function<void()> fn);
+  // Runs fn on a session thread; false (fn not run) once stopping.
+  bool RunSession(std::function<void()> fn);
   // Relay link
   void RelayLoop();
   Status RegisterOnce(std::shared_ptr<TlsStream>* control);

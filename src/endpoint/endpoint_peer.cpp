@@ -1,6 +1,7 @@
 // The PEER API of an endpoint: serving a session (direct or relayed), and
 // calling the owner of an object.
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <sstream>
 
@@ -89,9 +90,9 @@ Result<PeerReply> Session(TlsStream& s, const std::string& method, const std::st
 
 }  // namespace
 
-void Endpoint::RunSession(std::function<void()> fn) {
+bool Endpoint::RunSession(std::function<void()> fn) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) return;
+  if (stopping_) return false;
   ++sessions_;
   std::thread([this, fn = std::move(fn)] {
     fn();
@@ -99,6 +100,7 @@ void Endpoint::RunSession(std::function<void()> fn) {
     --sessions_;
     cv_.notify_all();
   }).detach();
+  return true;
 }
 
 void Endpoint::PeerAcceptLoop() {
@@ -115,7 +117,7 @@ void Endpoint::PeerAcceptLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       session_fds_.insert(fd);
     }
-    RunSession([this, fd] {
+    bool started = RunSession([this, fd] {
       auto s = TlsStream::Accept(identity_->server_ctx(), fd);
       if (s.ok()) {
         ServePeerSession(std::move(s).value());
@@ -124,6 +126,11 @@ void Endpoint::PeerAcceptLoop() {
         session_fds_.erase(fd);
       }
     });
+    if (!started) {
+      std::lock_guard<std::mutex> lock(mu_);
+      session_fds_.erase(fd);
+      ::close(fd);
+    }
   }
 }
 
