@@ -3,13 +3,36 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <filesystem>
+#include <mutex>
+#include <vector>
+
 #include "s3/tls.h"
 
 namespace xsilo::testing {
 
+namespace {
+// The directories TempDir made, removed when the test binary exits.
+struct TempDirs {
+  std::mutex mu;
+  std::vector<std::string> dirs;
+  ~TempDirs() {
+    std::error_code ec;
+    for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
+  }
+};
+TempDirs& AllTempDirs() {
+  static TempDirs dirs;
+  return dirs;
+}
+}  // namespace
+
 std::string TempDir(const std::string& tag) {
   std::string t = "/tmp/xsilo-" + tag + "-XXXXXX";
   if (!mkdtemp(t.data())) return "";
+  TempDirs& all = AllTempDirs();
+  std::lock_guard<std::mutex> lock(all.mu);
+  all.dirs.push_back(t);
   return t;
 }
 

@@ -10,7 +10,7 @@
 
 namespace xsilo::testing {
 
-// A fresh temporary directory (removed by the caller or left in /tmp).
+// A fresh temporary directory, removed when the test binary exits.
 std::string TempDir(const std::string& tag);
 
 // A relay on 127.0.0.1 with a self-signed certificate in a temporary
