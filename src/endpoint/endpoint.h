@@ -8,8 +8,10 @@
 //   its owner and passed through; X-Xsilo-Path says which path served it.
 // - the PEER API, TLS only, one request per session, for the endpoints the
 //   relay vouched for (tickets, endpoint/ticket.h):
-//     request  "XSP/1 <GET|HEAD|PUT|DELETE> <id> <body bytes> <ticket>\n" [body]
+//     request  "XSP/1 <GET|HEAD|PUT|DELETE> <id> <body bytes> <ticket>\n"
 //     reply    "XSP/1 <status> <bytes> <message>\n" [body: GET only]
+//   A PUT's body follows an interim "XSP/1 100 0 continue" reply (sent once
+//   the ticket checked out and the space is reserved), then the final reply.
 //   The same session runs over a direct connection to the peer listener or
 //   over a pipe of the relay, so both paths share every line of this code.
 //

@@ -67,16 +67,22 @@ Result<PeerReply> Session(TlsStream& s, const std::string& method, const std::st
   const uint64_t n = body ? body->size : 0;
   XSILO_RETURN_IF_ERROR(
       s.WriteLine("XSP/1 " + method + " " + id + " " + std::to_string(n) + " " + ticket));
-  if (body) {
-    for (const Buffer& b : body->segments) {
-      for (uint64_t off = 0; off < b.size(); off += kChunk) {
-        XSILO_RETURN_IF_ERROR(s.Write(b.data() + off, std::min(kChunk, b.size() - off)));
-      }
-    }
-  }
   XSILO_ASSIGN_OR_RETURN(std::string line, s.ReadLine());
   PeerReply r;
   XSILO_RETURN_IF_ERROR(ParseReplyLine(line, &r));
+  if (method == "PUT" && r.status == 100) {
+    // The owner vouched for us and reserved the space: now the body.
+    if (body) {
+      for (const Buffer& b : body->segments) {
+        for (uint64_t off = 0; off < b.size(); off += kChunk) {
+          XSILO_RETURN_IF_ERROR(s.Write(b.data() + off, std::min(kChunk, b.size() - off)));
+        }
+      }
+    }
+    XSILO_ASSIGN_OR_RETURN(line, s.ReadLine());
+    r = PeerReply();
+    XSILO_RETURN_IF_ERROR(ParseReplyLine(line, &r));
+  }
   if (method == "GET" && r.status == 200) {
     XSILO_ASSIGN_OR_RETURN(r.body, Buffer::Allocate(r.bytes));
     // A session cut short is Unavailable: never a truncated object.
@@ -163,6 +169,12 @@ void Endpoint::ServePeerSession(std::unique_ptr<TlsStream> s) {
       Status reserved = table_.Reserve(req.bytes);
       if (!reserved.ok()) {
         (void)s->WriteLine(ReplyLine(507, 0, reserved.message()));
+        return;
+      }
+      // The requester sends the body only after this: a refusal never
+      // leaves an unread body behind.
+      if (!s->WriteLine(ReplyLine(100, 0, "continue")).ok()) {
+        table_.Abandon(req.bytes);
         return;
       }
       auto b = Buffer::Allocate(req.bytes);

@@ -55,6 +55,10 @@ TEST(Endpoint, PutPastTheBoundIsResourceExhaustedAndStoresNothing) {
   EXPECT_EQ(big.status().code(), StatusCode::kResourceExhausted) << big.status().ToString();
   EXPECT_EQ(e->table().objects(), 1u);
   EXPECT_EQ(e->table().bytes(), uint64_t{600 << 10});
+  // A large refused put is answered before its body is sent (100-continue):
+  // the refusal arrives as such, not as a reset connection.
+  auto huge = c->Put(Buffer::CopyFrom(std::string(64 << 20, 'c')));
+  EXPECT_EQ(huge.status().code(), StatusCode::kResourceExhausted) << huge.status().ToString();
   ASSERT_TRUE(c->Evict(*small).ok());
   EXPECT_TRUE(c->Put(Buffer::CopyFrom(std::string(600 << 10, 'b'))).ok());
 }

@@ -104,5 +104,31 @@ TEST(EndpointPaths, UnknownOwnerIsUnavailableNotMissing) {
   EXPECT_EQ(ConnectorFor(*s.a)->Get(k).status().code(), StatusCode::kUnavailable);
 }
 
+TEST(EndpointPaths, PutPastTheOwnersBoundIsResourceExhaustedOnBothPaths) {
+  for (bool direct : {true, false}) {
+    std::string ca;
+    auto relay = StartRelay({}, &ca);
+    endpoint::EndpointOptions o;
+    o.relay = "127.0.0.1:" + std::to_string(relay->port());
+    o.relay_ca = ca;
+    auto a = StartEndpoint(o);
+    if (direct) o.peer_listen = "127.0.0.1:0";
+    o.max_bytes = 1 << 20;
+    auto b = StartEndpoint(o);
+    auto c = MakeConnector(
+        {"endpoint",
+         {{"address", "127.0.0.1:" + std::to_string(a->port())}, {"put_to", b->uuid()}}});
+    ASSERT_TRUE(c.ok());
+    auto k = (*c)->Put(PatternTensor(kBig, 4).data);
+    EXPECT_EQ(k.status().code(), StatusCode::kResourceExhausted) << k.status().ToString();
+    EXPECT_EQ(b->table().objects(), 0u);
+    EXPECT_EQ(a->table().objects(), 0u);
+    auto small = (*c)->Put(Buffer::CopyFrom("fits"));
+    ASSERT_TRUE(small.ok()) << small.status().ToString();
+    EXPECT_EQ(b->table().objects(), 1u);
+    EXPECT_EQ(a->served(direct ? Path::kDirect : Path::kRelayed), 2u);
+  }
+}
+
 }  // namespace
 }  // namespace xsilo::testing

@@ -23,9 +23,10 @@ std::string Trim(std::string_view s) {
   return std::string(s);
 }
 
-// Reads the response head; bytes after it stay in *rest.
-Status ReadHead(int fd, std::string* head, std::string* rest) {
-  std::string buf;
+// Reads a response head (after `have`, bytes already received); bytes
+// after it stay in *rest.
+Status ReadHead(int fd, std::string* head, std::string* rest, std::string have) {
+  std::string buf = std::move(have);
   char chunk[16384];
   while (true) {
     auto end = buf.find("\r\n\r\n");
@@ -53,18 +54,24 @@ Result<HttpReply> HttpCall(const HostPort& server, const std::string& method,
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
+  // A body waits for "100 Continue": an endpoint that refuses the put
+  // (507: past its bound) answers before any of it is sent, instead of
+  // closing on an unread body (which could reset the connection before
+  // its answer is read).
   std::string req = method + " " + target + " HTTP/1.1\r\nHost: " + server.ToString() +
                     "\r\nConnection: close\r\n";
-  if (body) req += "Content-Length: " + std::to_string(body->size) + "\r\n";
+  if (body) {
+    req += "Content-Length: " + std::to_string(body->size) + "\r\n";
+    if (body->size > 0) req += "Expect: 100-continue\r\n";
+  }
   req += "\r\n";
   XSILO_RETURN_IF_ERROR(SendAll(fd, req.data(), req.size()));
-  if (body) {
-    Status s = SendGather(fd, *body);
-    // The server may answer early (507: too large) and close; read its reply.
-    if (!s.ok() && s.code() != StatusCode::kUnavailable) return s;
-  }
   std::string head, rest;
-  XSILO_RETURN_IF_ERROR(ReadHead(fd, &head, &rest));
+  XSILO_RETURN_IF_ERROR(ReadHead(fd, &head, &rest, ""));
+  if (body && body->size > 0 && head.compare(0, 12, "HTTP/1.1 100") == 0) {
+    XSILO_RETURN_IF_ERROR(SendGather(fd, *body));
+    XSILO_RETURN_IF_ERROR(ReadHead(fd, &head, &rest, rest));
+  }
   HttpReply reply;
   size_t line_end = head.find("\r\n");
   std::string status_line = head.substr(0, line_end);
