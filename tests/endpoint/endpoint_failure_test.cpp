@@ -126,5 +126,45 @@ TEST(EndpointFailure, RelayDyingMidRelayedTransferIsUnavailableAndLeavesNoPartia
   EXPECT_EQ(Checksum((*at_b)->span()), Checksum(big.span()));
 }
 
+// True once pred() holds; polls (an event with no hook to wait on: the
+// endpoints' re-registration), bounded by a generous deadline.
+template <typename Pred>
+bool Eventually(Pred pred) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+TEST(EndpointFailure, EndpointsRegisterAgainWithARestartedRelay) {
+  std::string ca;
+  auto relay = StartRelay({}, &ca);
+  const int port = relay->port();
+  endpoint::EndpointOptions o;
+  o.relay = "127.0.0.1:" + std::to_string(port);
+  o.relay_ca = ca;
+  auto a = StartEndpoint(o);
+  auto b = StartEndpoint(o);  // relayed only
+  auto key = ConnectorFor(*b)->Put(Buffer::CopyFrom("survives the relay"));
+  ASSERT_TRUE(key.ok());
+  relay.reset();
+  EXPECT_EQ(ConnectorFor(*a)->Get(*key).status().code(), StatusCode::kUnavailable);
+  ASSERT_TRUE(Eventually([&] { return !a->registered() && !b->registered(); }));
+
+  endpoint::RelayOptions ro;
+  ro.listen = "127.0.0.1:" + std::to_string(port);
+  ro.cert_file = ca;
+  ro.key_file = ca.substr(0, ca.rfind('/')) + "/key.pem";
+  auto again = endpoint::Relay::Start(ro);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_TRUE(Eventually([&] { return a->registered() && b->registered(); }));
+  auto got = ConnectorFor(*a)->Get(*key);
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_EQ((*got)->view(), "survives the relay");
+  EXPECT_EQ(a->served(Path::kRelayed), 1u);
+}
+
 }  // namespace
 }  // namespace xsilo::testing
