@@ -16,6 +16,8 @@ Result<std::unique_ptr<Connector>> MakeMemoryConnector(const ConnectorOptions& o
 Result<std::unique_ptr<Connector>> MakeFileConnector(const ConnectorOptions& options);
 Result<std::unique_ptr<Connector>> MakeRedisConnector(const ConnectorOptions& options);
 Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& options);
+// A client of a local object endpoint (docs/endpoint.md).
+Result<std::unique_ptr<Connector>> MakeEndpointConnector(const ConnectorOptions& options);
 Result<std::unique_ptr<Connector>> MakeZmqConnector(const ConnectorOptions& options);
 #ifdef XSILO_HAVE_UCX
 // Objects served by the putting process over UCP (src/store/ucx/).

@@ -14,10 +14,10 @@ using Factory = std::function<Result<std::unique_ptr<Connector>>(const Connector
 
 const std::vector<std::pair<std::string, Factory>>& Factories() {
   static const std::vector<std::pair<std::string, Factory>> factories = {
-      {"memory", MakeMemoryConnector}, {"file", MakeFileConnector},
-      {"redis", MakeRedisConnector},   {"s3", MakeS3Connector},
-      {"multi", MakeMultiConnector},   {"faulty", MakeFaultyConnector},
-      {"zmq", MakeZmqConnector},
+      {"memory", MakeMemoryConnector},     {"file", MakeFileConnector},
+      {"redis", MakeRedisConnector},       {"s3", MakeS3Connector},
+      {"endpoint", MakeEndpointConnector}, {"zmq", MakeZmqConnector},
+      {"multi", MakeMultiConnector},       {"faulty", MakeFaultyConnector},
 #ifdef XSILO_HAVE_UCX
       {"ucx", MakeUcxConnector},
 #endif

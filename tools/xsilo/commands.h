@@ -11,6 +11,8 @@ void AddVersionCommand(CLI::App& app);
 void AddInspectCommand(CLI::App& app);
 void AddRunCommand(CLI::App& app);
 void AddS3dCommand(CLI::App& app);
+void AddEndpointCommand(CLI::App& app);  // `xsilo endpoint start|status`
+void AddRelayCommand(CLI::App& app);
 void AddTlsCommand(CLI::App& app);
 void AddNetemCommand(CLI::App& app);
 void AddFlCommand(CLI::App& app);

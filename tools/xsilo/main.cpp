@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   xsilo::cli::AddInspectCommand(app);
   xsilo::cli::AddRunCommand(app);
   xsilo::cli::AddS3dCommand(app);
+  xsilo::cli::AddEndpointCommand(app);
+  xsilo::cli::AddRelayCommand(app);
   xsilo::cli::AddTlsCommand(app);
   xsilo::cli::AddNetemCommand(app);
   xsilo::cli::AddFlCommand(app);

@@ -1,0 +1,142 @@
+// Private: an object endpoint (`xsilo endpoint start`, docs/endpoint.md).
+//
+// It owns objects (ObjectTable) and serves them on two listeners:
+// - the LOCAL API, plain HTTP on the embedded S3 server's HttpServer
+//   (loopback by default), for this site's processes (the endpoint
+//   connector): PUT/GET/HEAD/DELETE /objects/<id>[?endpoint=<uuid>],
+//   GET /uuid, GET /status. An object of another endpoint is fetched from
+//   its owner and passed through; X-Xsilo-Path says which path served it.
+// - the PEER API, TLS only, one request per session, for the endpoints the
+//   relay vouched for (tickets, endpoint/ticket.h):
+//     request  "XSP/1 <GET|HEAD|PUT|DELETE> <id> <body bytes> <ticket>\n"
+//     reply    "XSP/1 <status> <bytes> <message>\n" [body: GET only]
+//   A PUT's body follows an interim "XSP/1 100 0 continue" reply (sent once
+//   the ticket checked out and the space is reserved), then the final reply.
+//   The same session runs over a direct connection to the peer listener or
+//   over a pipe of the relay, so both paths share every line of this code.
+//
+// Threads: the HttpServer's workers serve local calls (a remote call runs
+// in the worker that received it); one acceptor thread for the peer
+// listener and one thread per peer session; one thread keeps the
+// registration with the relay and starts a thread per relayed session.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "endpoint/object_table.h"
+#include "endpoint/tls_link.h"
+#include "xsilo/core/buffer.h"
+#include "xsilo/core/codec.h"
+
+namespace xsilo::s3 {
+class HttpServer;
+class BodyReader;
+struct HttpRequest;
+struct HttpResponse;
+}  // namespace xsilo::s3
+
+namespace xsilo::endpoint {
+
+struct EndpointOptions {
+  std::string listen = "127.0.0.1:0";  // local API
+  std::string peer_listen;             // "" : no peer listener (reachable only through the relay)
+  // Addresses peers should dial; default: the peer listener's own address.
+  std::vector<std::string> advertise;
+  std::string relay;       // host:port; "" : no relay (local objects only)
+  std::string relay_ca;    // PEM file to verify the relay with ("" : system CAs)
+  std::string dir;         // persistence (objects, uuid, TLS identity); "" : memory only
+  uint64_t max_bytes = 0;  // 0: unbounded
+  std::string uuid_file;   // default <dir>/uuid when dir is set
+  std::chrono::milliseconds connect_timeout{1000};  // a direct dial; the relay
+  std::chrono::milliseconds io_timeout{60000};      // each blocked send/recv
+  // Start waits this long for the first registration with the relay.
+  std::chrono::milliseconds register_timeout{10000};
+  // Test hook: a peer GET calls it after each chunk it sent (may block).
+  std::function<void(uint64_t sent)> on_peer_send;
+};
+
+enum class Path { kLocal, kDirect, kRelayed };
+const char* PathName(Path p);
+
+// A peer session's reply.
+struct PeerReply {
+  int status = 0;
+  std::string message;
+  uint64_t bytes = 0;
+  Buffer body;
+  Path path = Path::kDirect;
+};
+
+class Endpoint {
+ public:
+  static Result<std::unique_ptr<Endpoint>> Start(EndpointOptions options);
+  ~Endpoint();
+  // Stops the listeners and the relay link, breaks open sessions, joins.
+  void Stop();
+  // Breaks every connection now without waiting (an endpoint that dies).
+  void Abort();
+
+  const std::string& uuid() const { return uuid_; }
+  int port() const;
+  int peer_port() const { return peer_port_; }
+  const std::string& fingerprint() const { return identity_->fingerprint(); }
+  bool registered() const;
+  uint64_t served(Path p) const { return served_[static_cast<int>(p)]; }
+  const ObjectTable& table() const { return table_; }
+  std::string StatusJson() const;
+
+  // A call on the owner's PEER API (direct or relayed). 5xx/4xx replies are
+  // returned as replies; a broken path is Unavailable.
+  // One request line to the relay and its one-line answer (relay.h).
+  Result<std::string> AskRelay(const std::string& line);
+  const TlsIdentity& identity() const { return *identity_; }
+
+  Result<PeerReply> CallPeer(const std::string& owner, const std::string& method,
+                             const std::string& id, const GatherList* body);
+
+ private:
+  explicit Endpoint(EndpointOptions o);
+  Status Init();
+  void HandleLocal(const s3::HttpRequest& req, s3::BodyReader& body, s3::HttpResponse* resp);
+  // Peer API
+  void PeerAcceptLoop();
+  void ServePeerSession(std::unique_ptr<TlsStream> s);
+  // Runs fn on a session thread; false (fn not run) once stopping.
+  bool RunSession(std::function<void()> fn);
+  // Relay link
+  void RelayLoop();
+  Status RegisterOnce(std::shared_ptr<TlsStream>* control);
+  void ServeRelayed(const std::string& token);
+  Result<std::unique_ptr<TlsStream>> DialRelay();
+
+  EndpointOptions o_;
+  ObjectTable table_;
+  std::string uuid_;
+  std::shared_ptr<TlsIdentity> identity_;
+  std::unique_ptr<s3::HttpServer> local_;
+  int peer_fd_ = -1;
+  int peer_port_ = 0;
+  std::string addrs_;  // advertised, comma-separated, or "-"
+  std::thread peer_acceptor_, relay_thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> served_[3] = {0, 0, 0};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::string secret_;  // from the relay; "" while unregistered
+  bool register_tried_ = false;
+  std::shared_ptr<TlsStream> control_;
+  int sessions_ = 0;
+  std::set<int> session_fds_;
+};
+
+}  // namespace xsilo::endpoint

@@ -1,0 +1,279 @@
+// The PEER API of an endpoint: serving a session (direct or relayed), and
+// calling the owner of an object.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <sstream>
+
+#include "endpoint/endpoint.h"
+#include "endpoint/ticket.h"
+#include "store/endpoint/socket_io.h"
+
+namespace xsilo::endpoint {
+
+namespace {
+
+constexpr uint64_t kChunk = 1 << 20;
+
+struct PeerRequestLine {
+  std::string method, id, ticket;
+  uint64_t bytes = 0;
+};
+
+bool ParseRequest(const std::string& line, PeerRequestLine* r) {
+  std::istringstream in(line);
+  std::string magic;
+  if (!(in >> magic >> r->method >> r->id >> r->bytes >> r->ticket) || magic != "XSP/1") {
+    return false;
+  }
+  return ValidName(r->id);
+}
+
+Status ParseReplyLine(const std::string& line, PeerReply* r) {
+  std::istringstream in(line);
+  std::string magic;
+  if (!(in >> magic >> r->status >> r->bytes) || magic != "XSP/1") {
+    return Corrupt("malformed peer reply: " + line.substr(0, 100));
+  }
+  std::getline(in, r->message);
+  if (!r->message.empty() && r->message.front() == ' ') r->message.erase(0, 1);
+  return Status::OK();
+}
+
+std::string ReplyLine(int status, uint64_t bytes, const std::string& message) {
+  std::string m = message;
+  for (char& c : m) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return "XSP/1 " + std::to_string(status) + " " + std::to_string(bytes) + " " + m;
+}
+
+Status StatusOfRelayError(const std::string& reply) {
+  std::istringstream in(reply);
+  std::string err, code, why;
+  in >> err >> code;
+  std::getline(in, why);
+  std::string msg = "relay: " + code + why;
+  if (code == "PermissionDenied") return PermissionDenied(msg);
+  if (code == "InvalidArgument") return InvalidArgument(msg);
+  // NotFound here means the owner is not registered: the object may well
+  // exist, it is only unreachable now.
+  return Unavailable(msg);
+}
+
+// One request/reply on a session to the owner.
+Result<PeerReply> Session(TlsStream& s, const std::string& method, const std::string& id,
+                          const GatherList* body, const std::string& ticket) {
+  const uint64_t n = body ? body->size : 0;
+  XSILO_RETURN_IF_ERROR(
+      s.WriteLine("XSP/1 " + method + " " + id + " " + std::to_string(n) + " " + ticket));
+  XSILO_ASSIGN_OR_RETURN(std::string line, s.ReadLine());
+  PeerReply r;
+  XSILO_RETURN_IF_ERROR(ParseReplyLine(line, &r));
+  if (method == "PUT" && r.status == 100) {
+    // The owner vouched for us and reserved the space: now the body.
+    if (body) {
+      for (const Buffer& b : body->segments) {
+        for (uint64_t off = 0; off < b.size(); off += kChunk) {
+          XSILO_RETURN_IF_ERROR(s.Write(b.data() + off, std::min(kChunk, b.size() - off)));
+        }
+      }
+    }
+    XSILO_ASSIGN_OR_RETURN(line, s.ReadLine());
+    r = PeerReply();
+    XSILO_RETURN_IF_ERROR(ParseReplyLine(line, &r));
+  }
+  if (method == "GET" && r.status == 200) {
+    XSILO_ASSIGN_OR_RETURN(r.body, Buffer::Allocate(r.bytes));
+    // A session cut short is Unavailable: never a truncated object.
+    for (uint64_t off = 0; off < r.bytes; off += kChunk) {
+      XSILO_RETURN_IF_ERROR(
+          s.ReadExact(r.body.mutable_data() + off, std::min(kChunk, r.bytes - off)));
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+bool Endpoint::RunSession(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return false;
+  ++sessions_;
+  std::thread([this, fn = std::move(fn)] {
+    fn();
+    std::lock_guard<std::mutex> l(mu_);
+    --sessions_;
+    cv_.notify_all();
+  }).detach();
+  return true;
+}
+
+void Endpoint::PeerAcceptLoop() {
+  while (!stopping_) {
+    int fd = ::accept4(peer_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (stopping_) return;
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    endpoint_net::SetIoTimeout(fd, o_.io_timeout);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      session_fds_.insert(fd);
+    }
+    bool started = RunSession([this, fd] {
+      auto s = TlsStream::Accept(identity_->server_ctx(), fd);
+      if (s.ok()) {
+        ServePeerSession(std::move(s).value());
+      } else {
+        std::lock_guard<std::mutex> lock(mu_);
+        session_fds_.erase(fd);
+      }
+    });
+    if (!started) {
+      std::lock_guard<std::mutex> lock(mu_);
+      session_fds_.erase(fd);
+      ::close(fd);
+    }
+  }
+}
+
+void Endpoint::ServePeerSession(std::unique_ptr<TlsStream> s) {
+  const int fd = s->fd();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    session_fds_.insert(fd);
+    if (stopping_) ::shutdown(fd, SHUT_RDWR);
+  }
+  [&] {
+    auto line = s->ReadLine();
+    if (!line.ok()) return;
+    PeerRequestLine req;
+    if (!ParseRequest(*line, &req)) {
+      (void)s->WriteLine(ReplyLine(400, 0, "malformed request"));
+      return;
+    }
+    std::string secret;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      secret = secret_;
+    }
+    Status vouched = VerifyTicket(req.ticket, secret, uuid_, s->peer_fingerprint(), UnixMillis());
+    if (!vouched.ok()) {
+      (void)s->WriteLine(ReplyLine(403, 0, vouched.message()));
+      return;
+    }
+    if (req.method == "PUT") {
+      Status reserved = table_.Reserve(req.bytes);
+      if (!reserved.ok()) {
+        (void)s->WriteLine(ReplyLine(507, 0, reserved.message()));
+        return;
+      }
+      // The requester sends the body only after this: a refusal never
+      // leaves an unread body behind.
+      if (!s->WriteLine(ReplyLine(100, 0, "continue")).ok()) {
+        table_.Abandon(req.bytes);
+        return;
+      }
+      auto b = Buffer::Allocate(req.bytes);
+      Status got = b.ok() ? Status::OK() : b.status();
+      for (uint64_t off = 0; got.ok() && off < req.bytes; off += kChunk) {
+        got = s->ReadExact(b->mutable_data() + off, std::min(kChunk, req.bytes - off));
+      }
+      if (!got.ok()) {  // nothing stored
+        table_.Abandon(req.bytes);
+        return;
+      }
+      Status c = table_.Commit(req.id, std::move(b).value());
+      (void)s->WriteLine(c.ok() ? ReplyLine(201, 0, "stored") : ReplyLine(500, 0, c.message()));
+      return;
+    }
+    if (req.method == "DELETE") {
+      table_.Erase(req.id);
+      (void)s->WriteLine(ReplyLine(204, 0, "deleted"));
+      return;
+    }
+    if (req.method != "GET" && req.method != "HEAD") {
+      (void)s->WriteLine(ReplyLine(400, 0, "unknown method " + req.method));
+      return;
+    }
+    auto got = table_.Get(req.id);
+    if (!got.ok()) {
+      (void)s->WriteLine(ReplyLine(500, 0, got.status().message()));
+      return;
+    }
+    if (!got->has_value()) {
+      (void)s->WriteLine(ReplyLine(404, 0, "no object " + req.id));
+      return;
+    }
+    const Buffer& b = **got;
+    if (!s->WriteLine(ReplyLine(200, b.size(), "ok")).ok() || req.method == "HEAD") return;
+    for (uint64_t off = 0; off < b.size(); off += kChunk) {
+      const uint64_t n = std::min(kChunk, b.size() - off);
+      if (!s->Write(b.data() + off, n).ok()) return;
+      if (o_.on_peer_send) o_.on_peer_send(off + n);
+    }
+  }();
+  std::lock_guard<std::mutex> lock(mu_);
+  session_fds_.erase(fd);
+}
+
+Result<PeerReply> Endpoint::CallPeer(const std::string& owner, const std::string& method,
+                                     const std::string& id, const GatherList* body) {
+  if (o_.relay.empty()) {
+    return Unavailable("endpoint " + owner + " is not this one and no relay is configured");
+  }
+  XSILO_ASSIGN_OR_RETURN(std::string peer, AskRelay("LOOKUP " + owner));
+  std::istringstream in(peer);
+  std::string verb, fp, addrs, ticket;
+  in >> verb >> fp >> addrs >> ticket;
+  if (verb != "PEER") return StatusOfRelayError(peer);
+
+  auto pinned = [&](int fd, Path path) -> Result<PeerReply> {
+    XSILO_ASSIGN_OR_RETURN(auto s, TlsStream::Connect(identity_->pinned_client_ctx(), fd, ""));
+    if (s->peer_fingerprint() != fp) {
+      return PermissionDenied("endpoint " + owner + " presented certificate " +
+                              s->peer_fingerprint() + ", the relay vouched for " + fp);
+    }
+    auto r = Session(*s, method, id, body, ticket);
+    if (!r.ok()) {
+      return Unavailable("session with endpoint " + owner + " (" + PathName(path) +
+                         ") broke: " + r.status().message());
+    }
+    r->path = path;
+    served_[static_cast<int>(path)]++;
+    return r;
+  };
+
+  // Direct: the first advertised address that accepts a connection.
+  if (addrs != "-") {
+    std::istringstream list(addrs);
+    std::string a;
+    while (std::getline(list, a, ',')) {
+      auto hp = endpoint_net::ParseHostPort(a);
+      if (!hp.ok()) continue;
+      auto fd = endpoint_net::ConnectTcp(*hp, o_.connect_timeout, o_.io_timeout);
+      if (fd.ok()) return pinned(*fd, Path::kDirect);
+    }
+  }
+  // Relayed: both sides dial out to the relay, which pipes the session.
+  XSILO_ASSIGN_OR_RETURN(std::string pipe, AskRelay("RELAY " + owner));
+  std::istringstream pin(pipe);
+  std::string token;
+  pin >> verb >> token;
+  if (verb != "PIPE") return StatusOfRelayError(pipe);
+  XSILO_ASSIGN_OR_RETURN(auto relay, endpoint_net::ParseHostPort(o_.relay));
+  XSILO_ASSIGN_OR_RETURN(int fd,
+                         endpoint_net::ConnectTcp(relay, o_.connect_timeout, o_.io_timeout));
+  std::string join = "JOIN " + token + " requester\n";
+  Status sent = endpoint_net::SendAll(fd, join.data(), join.size());
+  if (!sent.ok()) {
+    endpoint_net::CloseFd(fd);
+    return sent;
+  }
+  return pinned(fd, Path::kRelayed);
+}
+
+}  // namespace xsilo::endpoint

@@ -1,0 +1,170 @@
+#include "endpoint/object_table.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace xsilo::endpoint {
+
+bool ValidName(std::string_view s) {
+  if (s.empty() || s.size() > 128) return false;
+  for (char c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
+  }
+  return true;
+}
+
+Status ObjectTable::Open() {
+  if (dir_.empty()) return Status::OK();
+  std::error_code ec;
+  std::filesystem::create_directories(dir_ + "/objects", ec);
+  if (ec) return Internal("create " + dir_ + "/objects: " + ec.message());
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& e : std::filesystem::directory_iterator(dir_ + "/objects", ec)) {
+    std::string name = e.path().filename().string();
+    if (!ValidName(name)) {  // a temporary file an interrupted put left
+      std::filesystem::remove(e.path(), ec);
+      continue;
+    }
+    uint64_t size = e.file_size(ec);
+    if (ec) continue;
+    on_disk_[name] = size;
+    used_ += size;
+    stored_ += size;
+  }
+  return Status::OK();
+}
+
+Status ObjectTable::Reserve(uint64_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (max_bytes_ > 0 && (size > max_bytes_ || used_ > max_bytes_ - size)) {
+    return ResourceExhausted("endpoint holds " + std::to_string(used_) + " of " +
+                             std::to_string(max_bytes_) + " bytes; " + std::to_string(size) +
+                             " more do not fit");
+  }
+  used_ += size;
+  return Status::OK();
+}
+
+void ObjectTable::Abandon(uint64_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  used_ -= size;
+}
+
+Status ObjectTable::Commit(const std::string& id, Buffer bytes) {
+  const uint64_t size = bytes.size();
+  if (dir_.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = memory_.find(id);
+    if (it != memory_.end()) {
+      used_ -= it->second.size();
+      stored_ -= it->second.size();
+    }
+    memory_[id] = std::move(bytes);
+    stored_ += size;
+    return Status::OK();
+  }
+  std::string tmp;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    tmp = dir_ + "/objects/.tmp-" + std::to_string(getpid()) + "-" + std::to_string(++tmp_counter_);
+  }
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    Abandon(size);
+    return Internal("create " + tmp + ": " + std::strerror(errno));
+  }
+  uint64_t off = 0;
+  while (off < size) {
+    ssize_t w = ::write(fd, bytes.data() + off, std::min<uint64_t>(size - off, 1u << 30));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      Abandon(size);
+      return e == ENOSPC ? ResourceExhausted("write " + tmp + ": no space")
+                         : Internal("write " + tmp + ": " + std::strerror(e));
+    }
+    off += static_cast<uint64_t>(w);
+  }
+  ::close(fd);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (::rename(tmp.c_str(), PathOf(id).c_str()) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    used_ -= size;
+    return Internal("rename " + tmp + ": " + std::strerror(e));
+  }
+  auto it = on_disk_.find(id);
+  if (it != on_disk_.end()) {
+    used_ -= it->second;
+    stored_ -= it->second;
+  }
+  on_disk_[id] = size;
+  stored_ += size;
+  return Status::OK();
+}
+
+Result<std::optional<Buffer>> ObjectTable::Get(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (dir_.empty()) {
+    auto it = memory_.find(id);
+    if (it == memory_.end()) return std::optional<Buffer>();
+    return std::optional<Buffer>(it->second);
+  }
+  auto it = on_disk_.find(id);
+  if (it == on_disk_.end()) return std::optional<Buffer>();
+  if (it->second == 0) return std::optional<Buffer>(Buffer());
+  auto b = Buffer::MapFile(PathOf(id));
+  if (!b.ok()) {
+    if (b.status().code() == StatusCode::kNotFound) return std::optional<Buffer>();
+    return b.status();
+  }
+  return std::optional<Buffer>(std::move(b).value());
+}
+
+std::optional<uint64_t> ObjectTable::SizeOf(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (dir_.empty()) {
+    auto it = memory_.find(id);
+    if (it == memory_.end()) return std::nullopt;
+    return it->second.size();
+  }
+  auto it = on_disk_.find(id);
+  if (it == on_disk_.end()) return std::nullopt;
+  return it->second;
+}
+
+void ObjectTable::Erase(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (dir_.empty()) {
+    auto it = memory_.find(id);
+    if (it == memory_.end()) return;
+    used_ -= it->second.size();
+    stored_ -= it->second.size();
+    memory_.erase(it);
+    return;
+  }
+  auto it = on_disk_.find(id);
+  if (it == on_disk_.end()) return;
+  ::unlink(PathOf(id).c_str());
+  used_ -= it->second;
+  stored_ -= it->second;
+  on_disk_.erase(it);
+}
+
+uint64_t ObjectTable::objects() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dir_.empty() ? memory_.size() : on_disk_.size();
+}
+
+uint64_t ObjectTable::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stored_;
+}
+
+}  // namespace xsilo::endpoint

@@ -1,0 +1,56 @@
+// Private: the objects an endpoint owns. In memory, or with a directory one
+// file per object (written to a temporary name, renamed into place, read
+// back memory-mapped), so a restarted endpoint still has them. A byte bound
+// covers all objects: a put past it is ResourceExhausted and stores nothing.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "xsilo/core/buffer.h"
+#include "xsilo/core/status.h"
+
+namespace xsilo::endpoint {
+
+// Object ids and endpoint UUIDs: [A-Za-z0-9_-]{1,128}.
+bool ValidName(std::string_view s);
+
+class ObjectTable {
+ public:
+  // dir "" keeps objects in memory; max_bytes 0: no bound.
+  ObjectTable(std::string dir, uint64_t max_bytes) : dir_(std::move(dir)), max_bytes_(max_bytes) {}
+  // Creates the directory and indexes the objects already in it.
+  Status Open();
+
+  // ResourceExhausted (nothing reserved) when `size` more bytes would pass
+  // the bound; the reservation is released by Commit or Abandon.
+  Status Reserve(uint64_t size);
+  void Abandon(uint64_t size);
+  // Stores `bytes` under id (replacing an older object) with `size` reserved.
+  Status Commit(const std::string& id, Buffer bytes);
+
+  Result<std::optional<Buffer>> Get(const std::string& id) const;
+  std::optional<uint64_t> SizeOf(const std::string& id) const;
+  void Erase(const std::string& id);
+
+  uint64_t objects() const;
+  uint64_t bytes() const;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string PathOf(const std::string& id) const { return dir_ + "/objects/" + id; }
+
+  const std::string dir_;
+  const uint64_t max_bytes_;
+  mutable std::mutex mu_;
+  std::map<std::string, Buffer> memory_;     // dir_ == ""
+  std::map<std::string, uint64_t> on_disk_;  // dir_ != "": id -> size
+  uint64_t used_ = 0;                        // stored + reserved
+  uint64_t stored_ = 0;
+  uint64_t tmp_counter_ = 0;
+};
+
+}  // namespace xsilo::endpoint

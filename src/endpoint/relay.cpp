@@ -1,0 +1,271 @@
+#include "endpoint/relay.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <sstream>
+#include <vector>
+
+#include "endpoint/object_table.h"
+#include "endpoint/ticket.h"
+#include "store/endpoint/socket_io.h"
+
+namespace xsilo::endpoint {
+
+using endpoint_net::CloseFd;
+
+struct Relay::Pipe {
+  int requester = -1, owner = -1;
+  std::chrono::steady_clock::time_point deadline;
+  int finished = 0;  // pumps done; the second closes both legs
+};
+
+Result<std::unique_ptr<Relay>> Relay::Start(RelayOptions options) {
+  std::unique_ptr<Relay> r(new Relay(std::move(options)));
+  XSILO_ASSIGN_OR_RETURN(r->identity_, TlsIdentity::Load(r->o_.cert_file, r->o_.key_file));
+  XSILO_ASSIGN_OR_RETURN(auto hp, endpoint_net::ParseHostPort(r->o_.listen));
+  XSILO_ASSIGN_OR_RETURN(r->listen_fd_, endpoint_net::ListenTcp(hp, &r->port_));
+  r->acceptor_ = std::thread([p = r.get()] { p->AcceptLoop(); });
+  return r;
+}
+
+Relay::~Relay() { Stop(); }
+
+void Relay::Abort() {
+  stopping_ = true;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
+  for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+  for (auto& [uuid, reg] : registry_) reg.control->Interrupt();
+  cv_.notify_all();
+}
+
+void Relay::Stop() {
+  Abort();
+  if (acceptor_.joinable()) acceptor_.join();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return threads_ == 0; });
+  registry_.clear();
+  CloseFd(listen_fd_);
+}
+
+bool Relay::registered(const std::string& uuid) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return registry_.count(uuid) > 0;
+}
+
+void Relay::Track(int fd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fds_.insert(fd);
+  if (stopping_) ::shutdown(fd, SHUT_RDWR);
+}
+
+void Relay::Untrack(int fd) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fds_.erase(fd);
+}
+
+void Relay::AcceptLoop() {
+  while (!stopping_) {
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (stopping_) return;
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // EMFILE: let others close
+      continue;
+    }
+    endpoint_net::SetIoTimeout(fd, o_.io_timeout);
+    std::lock_guard<std::mutex> lock(mu_);
+    ++threads_;
+    std::thread([this, fd] {
+      Serve(fd);
+      std::lock_guard<std::mutex> l(mu_);
+      --threads_;
+      cv_.notify_all();
+    }).detach();
+  }
+}
+
+void Relay::Serve(int fd) {
+  Track(fd);
+  unsigned char first = 0;
+  ssize_t n = ::recv(fd, &first, 1, MSG_PEEK);
+  if (n != 1) {
+    Untrack(fd);
+    ::close(fd);
+    return;
+  }
+  if (first == 0x16) {  // a TLS handshake record
+    ServeControl(fd);
+  } else {
+    ServeJoin(fd);
+  }
+}
+
+void Relay::ServeControl(int fd) {
+  auto s = TlsStream::Accept(identity_->server_ctx(), fd);
+  if (!s.ok()) {
+    Untrack(fd);
+    return;
+  }
+  std::shared_ptr<TlsStream> stream(std::move(s).value());
+  auto line = stream->ReadLine();
+  bool keep = false;
+  if (line.ok()) {
+    std::string reply = Handle(*line, stream, &keep);
+    if (!keep) (void)stream->WriteLine(reply);
+  }
+  Untrack(fd);
+}
+
+std::string Relay::Handle(const std::string& line, const std::shared_ptr<TlsStream>& s,
+                          bool* keep) {
+  std::istringstream in(line);
+  std::string verb, a, b;
+  in >> verb >> a >> b;
+  const std::string& fp = s->peer_fingerprint();
+  if (fp.empty()) return "ERR PermissionDenied a client certificate is required";
+  if (verb == "REGISTER") {
+    if (!ValidName(a) || b.empty()) return "ERR InvalidArgument REGISTER <uuid> <addrs>";
+    Registration reg{fp, b, RandomSecret(), s, std::make_shared<std::mutex>()};
+    // Visible at once (a LOOKUP right after the endpoint saw OK finds it),
+    // but its write lock is held until OK is out: no SERVE overtakes the OK.
+    std::unique_lock<std::mutex> write(*reg.write_mu);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = registry_.find(a);
+      if (it != registry_.end() && it->second.fp != fp) {
+        return "ERR PermissionDenied endpoint " + a + " is registered with another certificate";
+      }
+      if (it != registry_.end()) it->second.control->Interrupt();
+      registry_[a] = reg;
+    }
+    *keep = true;
+    if (!s->WriteLine("OK " + reg.secret).ok()) s->Interrupt();
+    return "";
+  }
+  // LOOKUP and RELAY: the caller must be a registered endpoint.
+  std::string from;
+  Registration to;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [uuid, reg] : registry_) {
+      if (reg.fp == fp) from = uuid;
+    }
+    auto it = registry_.find(a);
+    if (from.empty()) return "ERR PermissionDenied the caller is not a registered endpoint";
+    if (it == registry_.end() || !it->second.control) {
+      return "ERR NotFound endpoint " + a + " is not registered with this relay";
+    }
+    to = it->second;
+  }
+  if (verb == "LOOKUP") {
+    auto expiry = UnixMillis() + o_.ticket_ttl.count();
+    return "PEER " + to.fp + " " + to.addrs + " " + MakeTicket(to.secret, from, fp, a, expiry);
+  }
+  if (verb == "RELAY") {
+    std::string token = RandomSecret();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto p = std::make_shared<Pipe>();
+      p->deadline = std::chrono::steady_clock::now() + o_.pair_timeout;
+      pending_[token] = p;
+    }
+    std::lock_guard<std::mutex> w(*to.write_mu);
+    if (!to.control->WriteLine("SERVE " + token).ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_.erase(token);
+      return "ERR Unavailable endpoint " + a + " lost its connection to the relay";
+    }
+    return "PIPE " + token;
+  }
+  return "ERR InvalidArgument unknown request " + verb;
+}
+
+void Relay::ServeJoin(int fd) {
+  // "JOIN <token> <role>\n", read a byte at a time so that no byte of the
+  // session after it is consumed here.
+  std::string line;
+  char c = 0;
+  while (line.size() < 256) {
+    if (::recv(fd, &c, 1, 0) != 1) break;
+    if (c == '\n') break;
+    line.push_back(c);
+  }
+  std::istringstream in(line);
+  std::string verb, token, role;
+  in >> verb >> token >> role;
+  std::shared_ptr<Pipe> pipe;
+  const bool requester = role == "requester";
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto it = pending_.find(token);
+    if (verb != "JOIN" || it == pending_.end() || (!requester && role != "owner") ||
+        (requester ? it->second->requester : it->second->owner) >= 0) {
+      fds_.erase(fd);
+      lock.unlock();
+      ::close(fd);
+      return;
+    }
+    pipe = it->second;
+    (requester ? pipe->requester : pipe->owner) = fd;
+    if (pipe->requester >= 0 && pipe->owner >= 0) {
+      pending_.erase(token);
+      ++pipes_opened_;
+      cv_.notify_all();
+    } else {
+      bool paired = cv_.wait_until(lock, pipe->deadline, [&] {
+        return stopping_ || (pipe->requester >= 0 && pipe->owner >= 0);
+      });
+      if (!paired || stopping_) {
+        if (pending_.count(token) && pending_[token] == pipe) pending_.erase(token);
+        // The other leg may have arrived just now: it sees the closed socket.
+        ::shutdown(fd, SHUT_RDWR);
+        if (requester) {
+          pipe->requester = -2;
+        } else {
+          pipe->owner = -2;
+        }
+        fds_.erase(fd);
+        lock.unlock();
+        ::close(fd);
+        return;
+      }
+    }
+  }
+  if (requester) {
+    Pump(pipe->requester, pipe->owner, false);
+  } else {
+    Pump(pipe->owner, pipe->requester, true);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (++pipe->finished == 2) {
+    fds_.erase(pipe->requester);
+    fds_.erase(pipe->owner);
+    ::close(pipe->requester);
+    ::close(pipe->owner);
+  }
+}
+
+void Relay::Pump(int from, int to, bool to_requester) {
+  std::vector<char> window(o_.window_bytes);
+  uint64_t forwarded = 0;
+  while (!stopping_) {
+    ssize_t n = ::recv(from, window.data(), window.size(), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) {  // this direction is done: pass the end on
+      ::shutdown(to, SHUT_WR);
+      return;
+    }
+    if (n < 0 || !endpoint_net::SendAll(to, window.data(), static_cast<size_t>(n)).ok()) break;
+    forwarded += static_cast<uint64_t>(n);
+    if (to_requester && o_.on_pipe_progress) o_.on_pipe_progress(forwarded);
+  }
+  // An error on either side, or the relay stopping: break both legs, so
+  // that neither endpoint mistakes a cut stream for a finished one.
+  ::shutdown(from, SHUT_RDWR);
+  ::shutdown(to, SHUT_RDWR);
+}
+
+}  // namespace xsilo::endpoint

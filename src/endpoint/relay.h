@@ -1,0 +1,94 @@
+// Private: the relay (`xsilo relay`, docs/endpoint.md). Endpoints dial out
+// to it and register; it vouches for peers (tickets) and, where no direct
+// path exists, pipes the bytes of a peer session between two outbound
+// connections, a fixed window at a time.
+//
+// One port. A connection starting with a TLS record is a control session
+// (lines, one request each, client certificate required):
+//   REGISTER <uuid> <addr,addr|->   -> OK <secret>   (stays open: SERVE <token> lines follow)
+//   LOOKUP <to>                     -> PEER <fp> <addr,addr|-> <ticket> | ERR <code> <why>
+//   RELAY <to>                      -> PIPE <token>  (and SERVE <token> to <to>)
+// Anything else is a pipe leg, plain TCP (the session inside is TLS end to
+// end between the two endpoints, so the relay sees only ciphertext):
+//   JOIN <token> requester|owner\n  then raw bytes both ways once both legs arrived.
+// The callers of LOOKUP and RELAY are identified by their TLS client
+// certificate, which must be that of a registered endpoint.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "endpoint/tls_link.h"
+#include "xsilo/core/status.h"
+
+namespace xsilo::endpoint {
+
+struct RelayOptions {
+  std::string listen = "127.0.0.1:0";
+  std::string cert_file, key_file;  // the relay's TLS identity
+  std::chrono::milliseconds ticket_ttl{120000};
+  std::chrono::milliseconds pair_timeout{10000};  // a pipe leg waits this long for the other
+  std::chrono::milliseconds io_timeout{60000};
+  size_t window_bytes = 256 << 10;  // per direction of a pipe: all the memory a pipe holds
+  // Test hook, called by the owner->requester pump after each forwarded
+  // window with the bytes forwarded so far (it may block).
+  std::function<void(uint64_t forwarded)> on_pipe_progress;
+};
+
+class Relay {
+ public:
+  static Result<std::unique_ptr<Relay>> Start(RelayOptions options);
+  ~Relay();
+  // Stops accepting, breaks every connection (registrations and pipes), joins.
+  void Stop();
+  // Breaks every connection now without waiting (a relay that dies).
+  void Abort();
+  int port() const { return port_; }
+  const std::string& fingerprint() const { return identity_->fingerprint(); }
+  bool registered(const std::string& uuid) const;
+  uint64_t pipes_opened() const { return pipes_opened_; }
+
+ private:
+  struct Registration {
+    std::string fp, addrs, secret;
+    std::shared_ptr<TlsStream> control;
+    std::shared_ptr<std::mutex> write_mu;
+  };
+  struct Pipe;
+
+  explicit Relay(RelayOptions o) : o_(std::move(o)) {}
+  void AcceptLoop();
+  void Serve(int fd);
+  void ServeControl(int fd);
+  void ServeJoin(int fd);
+  void Pump(int from, int to, bool to_requester);
+  std::string Handle(const std::string& line, const std::shared_ptr<TlsStream>& s, bool* keep);
+  void Track(int fd);
+  void Untrack(int fd);
+
+  RelayOptions o_;
+  std::shared_ptr<TlsIdentity> identity_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread acceptor_;
+  std::atomic<uint64_t> pipes_opened_{0};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int threads_ = 0;
+  std::set<int> fds_;
+  std::map<std::string, Registration> registry_;
+  std::map<std::string, std::shared_ptr<Pipe>> pending_;
+};
+
+}  // namespace xsilo::endpoint

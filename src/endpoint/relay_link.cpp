@@ -1,0 +1,106 @@
+// An endpoint's link to the relay: the registration it keeps (and renews
+// when the relay goes away), the sessions the relay asks it to serve, and
+// one-shot requests (LOOKUP, RELAY).
+#include <sys/socket.h>
+
+#include <sstream>
+
+#include "endpoint/endpoint.h"
+#include "store/endpoint/socket_io.h"
+
+namespace xsilo::endpoint {
+
+Result<std::unique_ptr<TlsStream>> Endpoint::DialRelay() {
+  XSILO_ASSIGN_OR_RETURN(auto hp, endpoint_net::ParseHostPort(o_.relay));
+  XSILO_ASSIGN_OR_RETURN(int fd, endpoint_net::ConnectTcp(hp, o_.connect_timeout, o_.io_timeout));
+  auto s = TlsStream::Connect(identity_->relay_client_ctx(), fd, hp.host);
+  if (!s.ok()) return s.status().WithContext("relay " + o_.relay);
+  return s;
+}
+
+Result<std::string> Endpoint::AskRelay(const std::string& line) {
+  XSILO_ASSIGN_OR_RETURN(auto s, DialRelay());
+  XSILO_RETURN_IF_ERROR(s->WriteLine(line));
+  auto reply = s->ReadLine();
+  if (!reply.ok()) return Unavailable("relay " + o_.relay + " gave no answer");
+  return reply;
+}
+
+Status Endpoint::RegisterOnce(std::shared_ptr<TlsStream>* control) {
+  XSILO_ASSIGN_OR_RETURN(auto s, DialRelay());
+  XSILO_RETURN_IF_ERROR(s->WriteLine("REGISTER " + uuid_ + " " + addrs_));
+  XSILO_ASSIGN_OR_RETURN(std::string reply, s->ReadLine());
+  std::istringstream in(reply);
+  std::string verb, secret;
+  in >> verb >> secret;
+  if (verb != "OK" || secret.empty()) return PermissionDenied("relay refused: " + reply);
+  // The control session waits for SERVE lines as long as it lives.
+  ::timeval none{0, 0};
+  setsockopt(s->fd(), SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+  std::lock_guard<std::mutex> lock(mu_);
+  secret_ = secret;
+  control_ = std::move(s);
+  *control = control_;
+  if (stopping_) control_->Interrupt();
+  return Status::OK();
+}
+
+void Endpoint::RelayLoop() {
+  auto backoff = std::chrono::milliseconds(100);
+  while (!stopping_) {
+    std::shared_ptr<TlsStream> control;
+    Status s = RegisterOnce(&control);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      register_tried_ = true;
+      cv_.notify_all();
+    }
+    if (s.ok()) {
+      backoff = std::chrono::milliseconds(100);
+      while (!stopping_) {
+        auto line = control->ReadLine();
+        if (!line.ok()) break;
+        std::istringstream in(*line);
+        std::string verb, token;
+        in >> verb >> token;
+        if (verb == "SERVE" && !token.empty()) {
+          RunSession([this, token] { ServeRelayed(token); });
+        }
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      secret_.clear();
+      control_.reset();
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, backoff, [&] { return stopping_.load(); });
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+  }
+}
+
+void Endpoint::ServeRelayed(const std::string& token) {
+  auto hp = endpoint_net::ParseHostPort(o_.relay);
+  if (!hp.ok()) return;
+  auto fd = endpoint_net::ConnectTcp(*hp, o_.connect_timeout, o_.io_timeout);
+  if (!fd.ok()) return;
+  std::string join = "JOIN " + token + " owner\n";
+  if (!endpoint_net::SendAll(*fd, join.data(), join.size()).ok()) {
+    int f = *fd;
+    endpoint_net::CloseFd(f);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    session_fds_.insert(*fd);
+    if (stopping_) ::shutdown(*fd, SHUT_RDWR);
+  }
+  // The requester opens the session: this side is the TLS server.
+  auto s = TlsStream::Accept(identity_->server_ctx(), *fd);
+  if (s.ok()) {
+    ServePeerSession(std::move(s).value());
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    session_fds_.erase(*fd);
+  }
+}
+
+}  // namespace xsilo::endpoint

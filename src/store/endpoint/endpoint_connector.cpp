@@ -1,0 +1,167 @@
+// endpoint: objects held by per-site endpoints (`xsilo endpoint start`,
+// docs/endpoint.md). The connector is a client of the LOCAL endpoint's HTTP
+// API; a key names the endpoint that owns the object (attrs.endpoint, its
+// UUID), and the local endpoint reaches that owner (directly or through the
+// relay) when it is another one. Options:
+//   address     host:port of the local endpoint's API (required)
+//   timeout_ms  default 60000: connect, and each blocked send/recv
+//   put_to      default none: puts (and NewKey) make objects owned by this
+//               endpoint UUID, reached through the local endpoint, instead
+//               of by the local one (a site that keeps no objects itself)
+#include <chrono>
+#include <mutex>
+
+#include "store/builtin.h"
+#include "store/endpoint/local_http.h"
+
+namespace xsilo {
+
+namespace {
+
+using endpoint_net::HostPort;
+using endpoint_net::HttpCall;
+using endpoint_net::HttpReply;
+using endpoint_net::StatusOfReply;
+
+bool ValidToken(const std::string& s) {
+  if (s.empty() || s.size() > 128) return false;
+  for (char c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
+  }
+  return true;
+}
+
+class EndpointConnector final : public Connector {
+ public:
+  EndpointConnector(std::string address, HostPort server, int timeout_ms, std::string put_to)
+      : address_(std::move(address)),
+        server_(std::move(server)),
+        timeout_(timeout_ms),
+        put_to_(std::move(put_to)) {}
+
+  std::string_view type() const override { return "endpoint"; }
+  ConnectorConfig config() const override {
+    ConnectorOptions m = {{"address", address_}, {"timeout_ms", std::to_string(timeout_.count())}};
+    if (!put_to_.empty()) m["put_to"] = put_to_;
+    return {"endpoint", m};
+  }
+
+  Result<Key> Put(const GatherList& bytes) override {
+    Key key{"endpoint", RandomObjectId(), bytes.size, {}};
+    XSILO_ASSIGN_OR_RETURN(HttpReply r, Call("PUT", Target(key.id, put_to_), &bytes));
+    if (r.status != 201 && r.status != 200) return StatusOfReply(r, "endpoint put " + key.id);
+    if (!put_to_.empty()) {
+      key.attrs["endpoint"] = put_to_;
+      return key;
+    }
+    auto owner = r.headers.find("x-xsilo-endpoint");
+    if (owner == r.headers.end()) return Corrupt("endpoint put reply names no endpoint");
+    key.attrs["endpoint"] = owner->second;
+    return key;
+  }
+
+  Result<Key> NewKey() override {
+    if (!put_to_.empty()) return Key{"endpoint", RandomObjectId(), 0, {{"endpoint", put_to_}}};
+    XSILO_ASSIGN_OR_RETURN(std::string uuid, LocalUuid());
+    return Key{"endpoint", RandomObjectId(), 0, {{"endpoint", uuid}}};
+  }
+
+  Status Set(const Key& key, const GatherList& bytes) override {
+    XSILO_ASSIGN_OR_RETURN(std::string owner, OwnerOf(key));
+    XSILO_ASSIGN_OR_RETURN(HttpReply r, Call("PUT", Target(key.id, owner), &bytes));
+    if (r.status != 201 && r.status != 200) return StatusOfReply(r, "endpoint set " + key.id);
+    return Status::OK();
+  }
+
+  Result<std::optional<Buffer>> Get(const Key& key) override {
+    XSILO_ASSIGN_OR_RETURN(std::string owner, OwnerOf(key));
+    XSILO_ASSIGN_OR_RETURN(HttpReply r, Call("GET", Target(key.id, owner), nullptr));
+    if (r.status == 404) return std::optional<Buffer>();
+    if (r.status != 200) return StatusOfReply(r, "endpoint get " + key.id);
+    return std::optional<Buffer>(std::move(r.body));
+  }
+
+  Result<bool> Exists(const Key& key) override {
+    XSILO_ASSIGN_OR_RETURN(std::string owner, OwnerOf(key));
+    XSILO_ASSIGN_OR_RETURN(HttpReply r, Call("HEAD", Target(key.id, owner), nullptr));
+    if (r.status == 404) return false;
+    if (r.status != 200) return StatusOfReply(r, "endpoint exists " + key.id);
+    return true;
+  }
+
+  Status Evict(const Key& key) override {
+    XSILO_ASSIGN_OR_RETURN(std::string owner, OwnerOf(key));
+    XSILO_ASSIGN_OR_RETURN(HttpReply r, Call("DELETE", Target(key.id, owner), nullptr));
+    if (r.status != 204 && r.status != 200 && r.status != 404) {
+      return StatusOfReply(r, "endpoint evict " + key.id);
+    }
+    return Status::OK();
+  }
+
+ private:
+  Result<std::string> OwnerOf(const Key& key) const {
+    if (key.connector != "endpoint") {
+      return InvalidArgument("key of connector '" + key.connector +
+                             "' given to an endpoint connector");
+    }
+    auto it = key.attrs.find("endpoint");
+    if (it == key.attrs.end() || !ValidToken(it->second)) {
+      return InvalidArgument("endpoint key " + key.id + " names no valid owning endpoint");
+    }
+    if (!ValidToken(key.id)) return InvalidArgument("endpoint key id '" + key.id + "' is invalid");
+    return it->second;
+  }
+
+  static std::string Target(const std::string& id, const std::string& owner) {
+    return "/objects/" + id + (owner.empty() ? "" : "?endpoint=" + owner);
+  }
+
+  Result<HttpReply> Call(const std::string& method, const std::string& target,
+                         const GatherList* body) {
+    auto r = HttpCall(server_, method, target, body, timeout_);
+    if (!r.ok()) return r.status().WithContext("endpoint at " + address_);
+    return r;
+  }
+
+  Result<std::string> LocalUuid() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!uuid_.empty()) return uuid_;
+    }
+    XSILO_ASSIGN_OR_RETURN(HttpReply r, Call("GET", "/uuid", nullptr));
+    if (r.status != 200) return StatusOfReply(r, "endpoint uuid");
+    std::string uuid(r.body.view());
+    if (!ValidToken(uuid)) return Corrupt("endpoint at " + address_ + " has an invalid uuid");
+    std::lock_guard<std::mutex> lock(mu_);
+    uuid_ = uuid;
+    return uuid_;
+  }
+
+  const std::string address_;
+  const HostPort server_;
+  const std::chrono::milliseconds timeout_;
+  const std::string put_to_;
+  std::mutex mu_;
+  std::string uuid_;  // the local endpoint's, once asked
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Connector>> MakeEndpointConnector(const ConnectorOptions& options) {
+  XSILO_RETURN_IF_ERROR(
+      CheckConnectorOptions("endpoint", options, {"address", "timeout_ms", "put_to"}));
+  auto it = options.find("address");
+  if (it == options.end()) return InvalidArgument("endpoint connector needs option 'address'");
+  XSILO_ASSIGN_OR_RETURN(HostPort hp, endpoint_net::ParseHostPort(it->second));
+  XSILO_ASSIGN_OR_RETURN(int64_t timeout,
+                         ConnectorIntOption("endpoint", options, "timeout_ms", 60000, 1, 86400000));
+  std::string put_to;
+  if (auto p = options.find("put_to"); p != options.end()) {
+    put_to = p->second;
+    if (!ValidToken(put_to)) return InvalidArgument("endpoint option put_to is not a valid uuid");
+  }
+  return std::unique_ptr<Connector>(
+      new EndpointConnector(it->second, std::move(hp), static_cast<int>(timeout), put_to));
+}
+
+}  // namespace xsilo

@@ -1,0 +1,136 @@
+// An endpoint serves only the peers the relay vouched for: a session on B's
+// peer API needs a ticket the relay signed with B's secret, for B, unexpired,
+// and issued to the certificate the session's client presents.
+#include <gtest/gtest.h>
+
+#include "endpoint/endpoint_test_util.h"
+#include "endpoint/ticket.h"
+#include "store/endpoint/socket_io.h"
+
+namespace xsilo::testing {
+namespace {
+
+struct Sites {
+  std::string ca;
+  std::unique_ptr<endpoint::Relay> relay;
+  std::unique_ptr<endpoint::Endpoint> a, b, c;
+  Key key;  // an object on B
+
+  explicit Sites(std::chrono::milliseconds ticket_ttl = std::chrono::minutes(2)) {
+    endpoint::RelayOptions ro;
+    ro.ticket_ttl = ticket_ttl;
+    relay = StartRelay(ro, &ca);
+    endpoint::EndpointOptions o;
+    o.relay = "127.0.0.1:" + std::to_string(relay->port());
+    o.relay_ca = ca;
+    o.peer_listen = "127.0.0.1:0";
+    a = StartEndpoint(o);
+    b = StartEndpoint(o);
+    c = StartEndpoint(o);
+    auto k = ConnectorFor(*b)->Put(Buffer::CopyFrom("secret bytes"));
+    EXPECT_TRUE(k.ok());
+    key = *k;
+  }
+
+  // A ticket the relay issues to `from` for `to`.
+  std::string TicketFor(endpoint::Endpoint& from, const endpoint::Endpoint& to) {
+    auto peer = from.AskRelay("LOOKUP " + to.uuid());
+    EXPECT_TRUE(peer.ok() && peer->rfind("PEER ", 0) == 0) << peer.status().ToString();
+    return peer->substr(peer->rfind(' ') + 1);
+  }
+
+  // The status line B answers a GET of `key` with, the session opened with
+  // `as`'s certificate and carrying `ticket`.
+  std::string AskB(const endpoint::Endpoint& as, const std::string& ticket) {
+    auto fd = endpoint_net::ConnectTcp({"127.0.0.1", b->peer_port()}, std::chrono::seconds(5),
+                                       std::chrono::seconds(30));
+    EXPECT_TRUE(fd.ok());
+    auto s = endpoint::TlsStream::Connect(as.identity().pinned_client_ctx(), *fd, "");
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ((*s)->peer_fingerprint(), b->fingerprint());
+    EXPECT_TRUE((*s)->WriteLine("XSP/1 GET " + key.id + " 0 " + ticket).ok());
+    auto line = (*s)->ReadLine();
+    return line.ok() ? *line : "(no reply: " + line.status().ToString() + ")";
+  }
+};
+
+bool Refused(const std::string& reply) { return reply.rfind("XSP/1 403 0 ", 0) == 0; }
+
+TEST(EndpointRefusal, AVouchedPeerIsServed) {
+  Sites s;
+  EXPECT_EQ(s.AskB(*s.a, s.TicketFor(*s.a, *s.b)), "XSP/1 200 12 ok");
+}
+
+TEST(EndpointRefusal, NoTicketIsRefused) {
+  Sites s;
+  std::string r = s.AskB(*s.a, "-");
+  EXPECT_TRUE(Refused(r)) << r;
+}
+
+TEST(EndpointRefusal, ForgedTicketIsRefused) {
+  Sites s;
+  std::string forged =
+      endpoint::MakeTicket("not-the-relays-secret", s.a->uuid(), s.a->fingerprint(), s.b->uuid(),
+                           endpoint::UnixMillis() + 60000);
+  std::string r = s.AskB(*s.a, forged);
+  EXPECT_TRUE(Refused(r)) << r;
+  // A real ticket with one field changed (a later expiry) breaks the MAC.
+  std::string real = s.TicketFor(*s.a, *s.b);
+  std::string tampered = real;
+  size_t mac = tampered.rfind('.');
+  tampered[mac - 1] = tampered[mac - 1] == '9' ? '8' : '9';
+  r = s.AskB(*s.a, tampered);
+  EXPECT_TRUE(Refused(r)) << r;
+  EXPECT_TRUE(Refused(s.AskB(*s.a, "garbage"))) << r;
+}
+
+TEST(EndpointRefusal, TicketForAnotherEndpointIsRefused) {
+  Sites s;
+  std::string r = s.AskB(*s.a, s.TicketFor(*s.a, *s.c));
+  EXPECT_TRUE(Refused(r)) << r;
+}
+
+TEST(EndpointRefusal, TicketPresentedByAnotherCertificateIsRefused) {
+  Sites s;
+  // C holds A's ticket (stolen), but its session shows C's certificate.
+  std::string r = s.AskB(*s.c, s.TicketFor(*s.a, *s.b));
+  EXPECT_TRUE(Refused(r)) << r;
+}
+
+TEST(EndpointRefusal, ExpiredTicketIsRefused) {
+  Sites s(std::chrono::milliseconds(-1000));  // the relay issues tickets already expired
+  std::string r = s.AskB(*s.a, s.TicketFor(*s.a, *s.b));
+  EXPECT_TRUE(Refused(r)) << r;
+  // Through the connector the refusal is PermissionDenied, and nothing is served.
+  auto got = ConnectorFor(*s.a)->Get(s.key);
+  EXPECT_EQ(got.status().code(), StatusCode::kPermissionDenied) << got.status().ToString();
+}
+
+TEST(EndpointRefusal, TheRelayAnswersOnlyRegisteredEndpoints) {
+  Sites s;
+  // A certificate no endpoint registered with: the relay vouches for nothing.
+  auto stranger = endpoint::TlsIdentity::LoadOrCreate(TempDir("stranger"), {"stranger"}, s.ca);
+  ASSERT_TRUE(stranger.ok()) << stranger.status().ToString();
+  auto fd = endpoint_net::ConnectTcp({"127.0.0.1", s.relay->port()}, std::chrono::seconds(5),
+                                     std::chrono::seconds(30));
+  ASSERT_TRUE(fd.ok());
+  auto t = endpoint::TlsStream::Connect((*stranger)->relay_client_ctx(), *fd, "127.0.0.1");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE((*t)->WriteLine("LOOKUP " + s.b->uuid()).ok());
+  auto reply = (*t)->ReadLine();
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->rfind("ERR PermissionDenied", 0), 0u) << *reply;
+  // Nor may it take over B's registration: B's certificate is another one.
+  auto fd2 = endpoint_net::ConnectTcp({"127.0.0.1", s.relay->port()}, std::chrono::seconds(5),
+                                      std::chrono::seconds(30));
+  ASSERT_TRUE(fd2.ok());
+  auto t2 = endpoint::TlsStream::Connect((*stranger)->relay_client_ctx(), *fd2, "127.0.0.1");
+  ASSERT_TRUE(t2.ok());
+  ASSERT_TRUE((*t2)->WriteLine("REGISTER " + s.b->uuid() + " 127.0.0.1:1").ok());
+  reply = (*t2)->ReadLine();
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(reply->rfind("ERR PermissionDenied", 0), 0u) << *reply;
+}
+
+}  // namespace
+}  // namespace xsilo::testing
