@@ -212,6 +212,53 @@ class MemoryConnector(NativeConnector):
         return cls(config.get("name", "default"))
 
 
+class ZeroMQConnector(NativeConnector):
+    """Objects stay in the process that put them; its object server hands
+    them out over ZeroMQ (the engine's zmq connector, docs/store.md). A key
+    carries the server's tcp://host:port, so another process resolves it
+    from the key alone: its own connector acts as a client (and serves its
+    own puts from a server on a free port). The objects live as long as the
+    connector that holds them: close it when nobody needs them any more.
+
+    address: the host the server binds and puts in keys (127.0.0.1).
+    port: 0 picks a free one. timeout: seconds to wait for each reply.
+    """
+
+    type = "zmq"
+
+    def __init__(self, address="127.0.0.1", port=0, timeout=30.0, **options):
+        super().__init__(host=address, port=port, timeout_ms=int(timeout * 1000), **options)
+
+
+class UCXConnector(NativeConnector):
+    """The same model as ZeroMQConnector over UCX (the engine's ucx connector,
+    docs/store.md): TCP by default, RDMA transports with tls="...". Present
+    when xsilo was built with libucx-dev."""
+
+    type = "ucx"
+
+    def __init__(self, address="127.0.0.1", port=0, timeout=30.0, **options):
+        super().__init__(host=address, port=port, timeout_ms=int(timeout * 1000), **options)
+
+
+class EndpointConnector(NativeConnector):
+    """A client of this site's object endpoint (`xsilo endpoint start`,
+    docs/endpoint.md). Objects stay at the endpoint of the site that put
+    them; a key names that endpoint, and a get from another site reaches it
+    through the local endpoint, directly or through the relay.
+
+    address: the local endpoint's API, "127.0.0.1:PORT". timeout: seconds
+    per call. put_to: the uuid of another endpoint that should own what this
+    connector puts (reached through the local one).
+    """
+
+    type = "endpoint"
+
+    def __init__(self, address, timeout=60.0, put_to=None, **options):
+        super().__init__(address=address, timeout_ms=int(timeout * 1000), put_to=put_to,
+                         **options)
+
+
 class Policy:
     """Which objects a MultiConnector member takes (docs/store.md)."""
 

@@ -15,6 +15,7 @@ docs/python.md.
 
 from .connectors import (  # noqa: F401
     Connector,
+    EndpointConnector,
     FileConnector,
     LocalConnector,
     MemoryConnector,
@@ -23,6 +24,8 @@ from .connectors import (  # noqa: F401
     Policy,
     RedisConnector,
     S3Connector,
+    UCXConnector,
+    ZeroMQConnector,
 )
 from .proxy import (  # noqa: F401
     Factory,
