@@ -45,6 +45,16 @@ Status ObjectTable::Reserve(uint64_t size) {
                              std::to_string(max_bytes_) + " bytes; " + std::to_string(size) +
                              " more do not fit");
   }
+  // Without a bound, an object is still received whole in memory first: one
+  // larger than this machine's RAM is refused before its bytes arrive (a
+  // peer's header cannot make the endpoint map 100 GB).
+  static const uint64_t ram =
+      static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (max_bytes_ == 0 && size > ram) {
+    return ResourceExhausted("an object of " + std::to_string(size) +
+                             " bytes is larger than this machine's memory (" + std::to_string(ram) +
+                             " bytes); set --max-bytes to bound objects");
+  }
   used_ += size;
   return Status::OK();
 }
@@ -91,6 +101,15 @@ Status ObjectTable::Commit(const std::string& id, Buffer bytes) {
     }
     off += static_cast<uint64_t>(w);
   }
+  // On disk before the rename makes it visible: after a crash a renamed
+  // file is whole, never empty or short.
+  if (::fsync(fd) != 0) {
+    int e = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    Abandon(size);
+    return Internal("fsync " + tmp + ": " + std::strerror(e));
+  }
   ::close(fd);
   std::lock_guard<std::mutex> lock(mu_);
   if (::rename(tmp.c_str(), PathOf(id).c_str()) != 0) {
@@ -98,6 +117,12 @@ Status ObjectTable::Commit(const std::string& id, Buffer bytes) {
     ::unlink(tmp.c_str());
     used_ -= size;
     return Internal("rename " + tmp + ": " + std::strerror(e));
+  }
+  // And the rename itself, so that the name survives a crash too.
+  const std::string dir = std::filesystem::path(PathOf(id)).parent_path().string();
+  if (int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
+    (void)::fsync(d);
+    ::close(d);
   }
   auto it = on_disk_.find(id);
   if (it != on_disk_.end()) {

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <sstream>
 #include <vector>
 
@@ -19,7 +20,19 @@ struct Relay::Pipe {
   int requester = -1, owner = -1;
   std::chrono::steady_clock::time_point deadline;
   int finished = 0;  // pumps done; the second closes both legs
+  // When either direction last moved bytes (steady clock, ns): one
+  // direction of a session is silent while the other carries the object,
+  // so a pump's receive timeout ends the pipe only when both were idle.
+  std::atomic<int64_t> last_progress_ns{0};
 };
+
+namespace {
+int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
 
 Result<std::unique_ptr<Relay>> Relay::Start(RelayOptions options) {
   std::unique_ptr<Relay> r(new Relay(std::move(options)));
@@ -128,6 +141,9 @@ std::string Relay::Handle(const std::string& line, const std::shared_ptr<TlsStre
   if (fp.empty()) return "ERR PermissionDenied a client certificate is required";
   if (verb == "REGISTER") {
     if (!ValidName(a) || b.empty()) return "ERR InvalidArgument REGISTER <uuid> <addrs>";
+    if (!o_.admit.empty() && !o_.admit.count(fp)) {
+      return "ERR PermissionDenied certificate " + fp + " is not admitted by this relay";
+    }
     Registration reg{fp, b, RandomSecret(), s, std::make_shared<std::mutex>()};
     // Visible at once (a LOOKUP right after the endpoint saw OK finds it),
     // but its write lock is held until OK is out: no SERVE overtakes the OK.
@@ -234,10 +250,11 @@ void Relay::ServeJoin(int fd) {
       }
     }
   }
+  pipe->last_progress_ns = SteadyNanos();
   if (requester) {
-    Pump(pipe->requester, pipe->owner, false);
+    Pump(*pipe, pipe->requester, pipe->owner, false);
   } else {
-    Pump(pipe->owner, pipe->requester, true);
+    Pump(*pipe, pipe->owner, pipe->requester, true);
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (++pipe->finished == 2) {
@@ -248,18 +265,27 @@ void Relay::ServeJoin(int fd) {
   }
 }
 
-void Relay::Pump(int from, int to, bool to_requester) {
+void Relay::Pump(Pipe& pipe, int from, int to, bool to_requester) {
   std::vector<char> window(o_.window_bytes);
   uint64_t forwarded = 0;
+  const int64_t idle_limit_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(o_.io_timeout).count();
   while (!stopping_) {
     ssize_t n = ::recv(from, window.data(), window.size(), 0);
     if (n < 0 && errno == EINTR) continue;
+    // The receive timeout (io_timeout) on a silent direction: go on while
+    // the other direction moves bytes.
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+        SteadyNanos() - pipe.last_progress_ns.load() < idle_limit_ns) {
+      continue;
+    }
     if (n == 0) {  // this direction is done: pass the end on
       ::shutdown(to, SHUT_WR);
       return;
     }
     if (n < 0 || !endpoint_net::SendAll(to, window.data(), static_cast<size_t>(n)).ok()) break;
     forwarded += static_cast<uint64_t>(n);
+    pipe.last_progress_ns = SteadyNanos();
     if (to_requester && o_.on_pipe_progress) o_.on_pipe_progress(forwarded);
   }
   // An error on either side, or the relay stopping: break both legs, so

@@ -39,6 +39,10 @@ struct RelayOptions {
   std::chrono::milliseconds pair_timeout{10000};  // a pipe leg waits this long for the other
   std::chrono::milliseconds io_timeout{60000};
   size_t window_bytes = 256 << 10;  // per direction of a pipe: all the memory a pipe holds
+  // SHA-256 fingerprints (hex) of the endpoint certificates that may
+  // register. Empty: any certificate may (an open relay, which vouches for
+  // whoever reaches it; `xsilo relay` asks for --admit or --open).
+  std::set<std::string> admit;
   // Test hook, called by the owner->requester pump after each forwarded
   // window with the bytes forwarded so far (it may block).
   std::function<void(uint64_t forwarded)> on_pipe_progress;
@@ -70,7 +74,7 @@ class Relay {
   void Serve(int fd);
   void ServeControl(int fd);
   void ServeJoin(int fd);
-  void Pump(int from, int to, bool to_requester);
+  void Pump(Pipe& pipe, int from, int to, bool to_requester);
   std::string Handle(const std::string& line, const std::shared_ptr<TlsStream>& s, bool* keep);
   void Track(int fd);
   void Untrack(int fd);

@@ -1,6 +1,8 @@
 // An endpoint's link to the relay: the registration it keeps (and renews
 // when the relay goes away), the sessions the relay asks it to serve, and
 // one-shot requests (LOOKUP, RELAY).
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <sstream>
@@ -37,6 +39,14 @@ Status Endpoint::RegisterOnce(std::shared_ptr<TlsStream>* control) {
   // The control session waits for SERVE lines as long as it lives.
   ::timeval none{0, 0};
   setsockopt(s->fd(), SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+  // It is otherwise silent both ways: TCP keepalives find a relay that
+  // vanished, or a NAT mapping that expired, within about a minute, and the
+  // read below then fails and the endpoint registers again.
+  int on = 1, idle_s = 30, interval_s = 10, probes = 3;
+  setsockopt(s->fd(), SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  setsockopt(s->fd(), IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof idle_s);
+  setsockopt(s->fd(), IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof interval_s);
+  setsockopt(s->fd(), IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
   std::lock_guard<std::mutex> lock(mu_);
   secret_ = secret;
   control_ = std::move(s);

@@ -4,6 +4,8 @@
 #include <openssl/rand.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "s3/crypto.h"
@@ -40,7 +42,11 @@ int64_t UnixMillis() {
 
 std::string RandomSecret() {
   uint8_t b[32];
-  RAND_bytes(b, sizeof b);
+  if (RAND_bytes(b, sizeof b) != 1) {
+    // Never hand out a secret or token that is not random.
+    std::fprintf(stderr, "xsilo endpoint: the OpenSSL random generator failed\n");
+    std::abort();
+  }
   return s3::Hex(std::span<const uint8_t>(b, sizeof b));
 }
 

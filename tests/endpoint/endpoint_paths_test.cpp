@@ -3,6 +3,8 @@
 // relay's pipe when it cannot; both deliver the exact bytes.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "endpoint/endpoint_test_util.h"
 #include "store/endpoint/local_http.h"
 #include "transport/test_util.h"
@@ -21,8 +23,9 @@ struct TwoSites {
 
   // b_reachable: B listens for peers; otherwise B advertises `b_advertise`
   // (nothing, or an address where nobody listens).
-  explicit TwoSites(bool b_reachable, std::vector<std::string> b_advertise = {}) {
-    relay = StartRelay({}, &ca);
+  explicit TwoSites(bool b_reachable, std::vector<std::string> b_advertise = {},
+                    endpoint::RelayOptions relay_options = {}) {
+    relay = StartRelay(std::move(relay_options), &ca);
     endpoint::EndpointOptions o;
     o.relay = "127.0.0.1:" + std::to_string(relay->port());
     o.relay_ca = ca;
@@ -91,6 +94,31 @@ TEST(EndpointPaths, RelayedWhenTheOwnerHasNoPeerListener) {
   TwoSites s(false);
   ExpectBigObjectThroughA(s, Path::kRelayed);
   EXPECT_GE(s.relay->pipes_opened(), 1u);
+}
+
+// During a relayed GET the requester-to-owner direction is silent after the
+// request; the pipe must live as long as the other direction moves bytes,
+// however much longer than one receive timeout that takes. The hook holds
+// each forwarded window 100 ms: 64 windows, about 6.4 s, against a 3 s
+// timeout (a gap of 3 s between two windows would be needed to fail).
+TEST(EndpointPaths, ARelayedTransferLongerThanTheIoTimeoutCompletes) {
+  endpoint::RelayOptions ro;
+  ro.io_timeout = std::chrono::seconds(3);
+  ro.on_pipe_progress = [](uint64_t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  };
+  TwoSites s(false, {}, ro);
+  ASSERT_TRUE(s.a->registered() && s.b->registered());
+  Buffer object = PatternTensor(16ull << 20, 9).data;  // 64 windows of 256 KiB
+  auto key = ConnectorFor(*s.b)->Put(object);
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  const auto start = std::chrono::steady_clock::now();
+  auto got = ConnectorFor(*s.a)->Get(*key);
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_EQ(Checksum((*got)->span()), Checksum(object.span()));
+  EXPECT_EQ(s.a->served(Path::kRelayed), 1u);
+  EXPECT_GT(std::chrono::steady_clock::now() - start, ro.io_timeout)
+      << "the transfer must outlast one receive timeout to test this";
 }
 
 TEST(EndpointPaths, RelayedWhenTheAdvertisedAddressCannotBeDialled) {

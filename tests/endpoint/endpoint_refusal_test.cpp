@@ -132,5 +132,35 @@ TEST(EndpointRefusal, TheRelayAnswersOnlyRegisteredEndpoints) {
   EXPECT_EQ(reply->rfind("ERR PermissionDenied", 0), 0u) << *reply;
 }
 
+// A relay given the certificates it may admit registers those and refuses
+// every other one: a stranger who reaches it gets no registration, so no
+// ticket to anyone.
+TEST(EndpointRefusal, AnAdmittingRelayRegistersOnlyTheCertificatesItWasGiven) {
+  const std::string admitted_dir = TempDir("admitted"), stranger_dir = TempDir("stranger");
+  auto admitted = endpoint::TlsIdentity::LoadOrCreate(admitted_dir, {"admitted"});
+  ASSERT_TRUE(admitted.ok()) << admitted.status().ToString();
+  endpoint::RelayOptions ro;
+  ro.admit = {(*admitted)->fingerprint()};
+  std::string ca;
+  auto relay = StartRelay(ro, &ca);
+  ASSERT_TRUE(relay);
+  auto reply_to = [&](const std::string& dir, const std::string& uuid) -> std::string {
+    auto id = endpoint::TlsIdentity::LoadOrCreate(dir, {"x"}, ca);  // the same pair, relay CA
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+    auto fd = endpoint_net::ConnectTcp({"127.0.0.1", relay->port()}, std::chrono::seconds(5),
+                                       std::chrono::seconds(30));
+    EXPECT_TRUE(fd.ok());
+    auto t = endpoint::TlsStream::Connect((*id)->relay_client_ctx(), *fd, "127.0.0.1");
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_TRUE((*t)->WriteLine("REGISTER " + uuid + " 127.0.0.1:1").ok());
+    auto reply = (*t)->ReadLine();
+    return reply.ok() ? *reply : reply.status().ToString();
+  };
+  EXPECT_EQ(reply_to(stranger_dir, "stranger-uuid").rfind("ERR PermissionDenied", 0), 0u);
+  EXPECT_FALSE(relay->registered("stranger-uuid"));
+  EXPECT_EQ(reply_to(admitted_dir, "admitted-uuid").rfind("OK ", 0), 0u);
+  EXPECT_TRUE(relay->registered("admitted-uuid"));
+}
+
 }  // namespace
 }  // namespace xsilo::testing

@@ -119,7 +119,7 @@ def test_endpoint_connector_across_sites_through_the_relay(tmp_path):
     relay_dir = tmp_path / "relay"
     relay_port = free_port()
     relay = subprocess.Popen([binary, "relay", "--listen", f"127.0.0.1:{relay_port}",
-                              "--tls-self-signed", str(relay_dir)], stdout=subprocess.PIPE,
+                              "--tls-self-signed", str(relay_dir), "--open"], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
     endpoints = []
     try:

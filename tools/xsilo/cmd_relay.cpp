@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "commands.h"
@@ -15,6 +16,8 @@ void AddRelayCommand(CLI::App& app) {
   auto o = std::make_shared<endpoint::RelayOptions>();
   auto self_signed = std::make_shared<std::string>();
   auto ttl_s = std::make_shared<int64_t>(120);
+  auto admit_file = std::make_shared<std::string>();
+  auto open = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand("relay", "Vouch for endpoints and relay their sessions");
   cmd->add_option("--listen", o->listen, "address endpoints dial")->capture_default_str();
   cmd->add_option("--tls-cert", o->cert_file, "PEM certificate chain");
@@ -22,12 +25,45 @@ void AddRelayCommand(CLI::App& app) {
   cmd->add_option("--tls-self-signed", *self_signed,
                   "a self-signed pair in this directory (cert.pem is what endpoints pass as "
                   "--relay-ca); kept when present");
+  cmd->add_option("--admit", *admit_file,
+                  "file of the endpoint certificate fingerprints (SHA-256 hex, one per line, "
+                  "`xsilo endpoint start` prints its own) that may register");
+  cmd->add_flag("--open", *open,
+                "admit any endpoint that reaches the relay (it then vouches for whoever "
+                "connects: for a trusted network or a test only)");
   cmd->add_option("--ticket-ttl-s", *ttl_s, "lifetime of the tickets it issues")
       ->capture_default_str();
   cmd->add_option("--window-bytes", o->window_bytes,
                   "buffer per direction of a relayed session (all the memory one holds)")
       ->capture_default_str();
-  cmd->callback([o, self_signed, ttl_s] {
+  cmd->callback([o, self_signed, ttl_s, admit_file, open] {
+    if (admit_file->empty() == !*open) {
+      std::cerr << "relay: give --admit FILE (the endpoints that may register) or --open\n";
+      std::exit(2);
+    }
+    if (!admit_file->empty()) {
+      std::ifstream in(*admit_file);
+      if (!in) {
+        std::cerr << "relay: cannot read " << *admit_file << "\n";
+        std::exit(2);
+      }
+      for (std::string line; std::getline(in, line);) {
+        line = line.substr(0, line.find('#'));
+        line.erase(0, line.find_first_not_of(" \t\r"));
+        line.erase(line.find_last_not_of(" \t\r") + 1);
+        if (line.empty()) continue;
+        if (line.size() != 64 || line.find_first_not_of("0123456789abcdef") != std::string::npos) {
+          std::cerr << "relay: " << *admit_file << ": '" << line
+                    << "' is not a SHA-256 fingerprint (64 lowercase hex digits)\n";
+          std::exit(2);
+        }
+        o->admit.insert(line);
+      }
+      if (o->admit.empty()) {
+        std::cerr << "relay: " << *admit_file << " admits no endpoint\n";
+        std::exit(2);
+      }
+    }
     if (!self_signed->empty()) {
       if (!o->cert_file.empty() || !o->key_file.empty()) {
         std::cerr << "relay: --tls-self-signed and --tls-cert/--tls-key are exclusive\n";
