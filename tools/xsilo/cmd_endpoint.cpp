@@ -22,16 +22,6 @@ struct EndpointArgs {
   std::string status_address = "127.0.0.1:7070";
 };
 
-void WaitForSignal() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  int sig = 0;
-  sigwait(&set, &sig);
-}
-
 }  // namespace
 
 void AddEndpointCommand(CLI::App& app) {
@@ -80,7 +70,7 @@ void AddEndpointCommand(CLI::App& app) {
         std::fclose(f);
       }
     }
-    WaitForSignal();
+    WaitForTermination();
     std::cout << "endpoint: " << (*e)->StatusJson() << std::endl;
     (*e)->Stop();
   });

@@ -98,13 +98,7 @@ void AddRelayCommand(CLI::App& app) {
     }
     std::cout << "relay on port " << (*r)->port() << ", certificate " << (*r)->fingerprint() << " ("
               << o->cert_file << ")" << std::endl;
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);
-    int sig = 0;
-    sigwait(&set, &sig);
+    WaitForTermination();
     (*r)->Stop();
   });
 }

@@ -151,8 +151,8 @@ void WritePortFile(const std::string& path, int port) {
   }
 }
 
-// Blocks until SIGINT or SIGTERM arrives; the signals are blocked first so
-// no handler is needed.
+}  // namespace
+
 void WaitForTermination() {
   sigset_t set;
   sigemptyset(&set);
@@ -162,7 +162,6 @@ void WaitForTermination() {
   int sig = 0;
   sigwait(&set, &sig);
 }
-}  // namespace
 
 void AddS3dCommand(CLI::App& app) {
   auto args = std::make_shared<S3dArgs>();

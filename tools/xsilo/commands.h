@@ -7,6 +7,10 @@ class App;
 
 namespace xsilo::cli {
 
+// Blocks until SIGINT or SIGTERM arrives (the server commands' main loop);
+// the signals are blocked first, so no handler is needed (cmd_s3d.cpp).
+void WaitForTermination();
+
 void AddVersionCommand(CLI::App& app);
 void AddInspectCommand(CLI::App& app);
 void AddRunCommand(CLI::App& app);
