@@ -18,6 +18,10 @@ const char* PathName(Path p) {
       return "local";
     case Path::kDirect:
       return "direct";
+    case Path::kReverse:
+      return "reverse";
+    case Path::kPunched:
+      return "punched";
     case Path::kRelayed:
       return "relayed";
   }
@@ -194,6 +198,8 @@ std::string Endpoint::StatusJson() const {
          ",\"bytes\":" + std::to_string(table_.bytes()) +
          ",\"served\":{\"local\":" + std::to_string(served(Path::kLocal)) +
          ",\"direct\":" + std::to_string(served(Path::kDirect)) +
+         ",\"reverse\":" + std::to_string(served(Path::kReverse)) +
+         ",\"punched\":" + std::to_string(served(Path::kPunched)) +
          ",\"relayed\":" + std::to_string(served(Path::kRelayed)) + "}}";
 }
 

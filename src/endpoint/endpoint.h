@@ -25,6 +25,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -60,11 +61,20 @@ struct EndpointOptions {
   std::chrono::milliseconds io_timeout{60000};      // each blocked send/recv
   // Start waits this long for the first registration with the relay.
   std::chrono::milliseconds register_timeout{10000};
+  // A path to an owner that could not be made (a dial timed out, no dial
+  // back came) is not tried again for this long: the next calls go straight
+  // to the path after it instead of paying the same timeout each time.
+  std::chrono::milliseconds path_memory{60000};
   // Test hook: a peer GET calls it after each chunk it sent (may block).
   std::function<void(uint64_t sent)> on_peer_send;
 };
 
-enum class Path { kLocal, kDirect, kRelayed };
+// How a call reached the owner (docs/endpoint.md "Paths"): kDirect, this
+// endpoint dialled the owner; kReverse, the owner dialled this endpoint's
+// peer listener when asked through the relay; kPunched, a UDP path both
+// sides opened through their NATs; kRelayed, the relay's pipe.
+enum class Path { kLocal, kDirect, kReverse, kPunched, kRelayed };
+inline constexpr int kPaths = 5;
 const char* PathName(Path p);
 
 // A peer session's reply.
@@ -115,7 +125,20 @@ class Endpoint {
   // Relay link
   void RelayLoop();
   Status RegisterOnce(std::shared_ptr<TlsStream>* control);
+  // The owner's side of a session on a socket it dials: to the relay
+  // ("JOIN <token> owner") or back to a requester ("DIALED <token>").
   void ServeRelayed(const std::string& token);
+  void ServeDialBack(const std::string& token, const std::string& addrs);
+  void ServeDialled(int fd, const std::string& hello);
+  // The requester's side of the reverse path: asks the owner, through the
+  // relay, to dial this endpoint's peer listener; the accepted socket, or
+  // Unavailable when none came in time.
+  Result<int> AwaitDialBack(const std::string& owner);
+  // A peer-listener connection that starts with "DIALED <token>\n" instead
+  // of a TLS record: handed to the AwaitDialBack waiting for the token.
+  void HandDialBack(int fd);
+  bool RecentlyFailed(const std::string& owner, Path path);
+  void NoteFailed(const std::string& owner, Path path);
   Result<std::unique_ptr<TlsStream>> DialRelay();
 
   EndpointOptions o_;
@@ -128,7 +151,7 @@ class Endpoint {
   std::string addrs_;  // advertised, comma-separated, or "-"
   std::thread peer_acceptor_, relay_thread_;
   std::atomic<bool> stopping_{false};
-  std::atomic<uint64_t> served_[3] = {0, 0, 0};
+  std::atomic<uint64_t> served_[kPaths] = {};
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -137,6 +160,10 @@ class Endpoint {
   std::shared_ptr<TlsStream> control_;
   int sessions_ = 0;
   std::set<int> session_fds_;
+  // Reverse path: tokens AwaitDialBack waits for; -1 until the owner's
+  // connection came in.
+  std::map<std::string, int> dial_backs_;
+  std::map<std::pair<std::string, Path>, std::chrono::steady_clock::time_point> failed_paths_;
 };
 
 }  // namespace xsilo::endpoint

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "endpoint/endpoint.h"
@@ -124,6 +125,8 @@ void Endpoint::PeerAcceptLoop() {
       session_fds_.insert(fd);
     }
     bool started = RunSession([this, fd] {
+      unsigned char first = 0;
+      if (::recv(fd, &first, 1, MSG_PEEK) == 1 && first != 0x16) return HandDialBack(fd);
       auto s = TlsStream::Accept(identity_->server_ctx(), fd);
       if (s.ok()) {
         ServePeerSession(std::move(s).value());
@@ -220,6 +223,76 @@ void Endpoint::ServePeerSession(std::unique_ptr<TlsStream> s) {
   session_fds_.erase(fd);
 }
 
+void Endpoint::HandDialBack(int fd) {
+  // "DIALED <token>\n", a byte at a time: the TLS session follows it.
+  std::string line;
+  char c = 0;
+  while (line.size() < 256 && ::recv(fd, &c, 1, 0) == 1 && c != '\n') line.push_back(c);
+  std::istringstream in(line);
+  std::string verb, token;
+  in >> verb >> token;
+  std::lock_guard<std::mutex> lock(mu_);
+  session_fds_.erase(fd);
+  auto it = dial_backs_.find(token);
+  if (verb != "DIALED" || it == dial_backs_.end() || it->second >= 0) {
+    ::close(fd);
+    return;
+  }
+  it->second = fd;  // AwaitDialBack owns it now
+  cv_.notify_all();
+}
+
+Result<int> Endpoint::AwaitDialBack(const std::string& owner) {
+  const std::string token = RandomSecret();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    dial_backs_[token] = -1;
+  }
+  auto forget = [&] {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = dial_backs_.find(token);
+    int fd = it->second;
+    dial_backs_.erase(it);
+    return fd;
+  };
+  auto asked = AskRelay("REVERSE " + owner + " " + token);
+  if (!asked.ok() || asked->rfind("DIALING ", 0) != 0) {
+    int fd = forget();
+    endpoint_net::CloseFd(fd);
+    return asked.ok() ? StatusOfRelayError(*asked) : asked.status();
+  }
+  // The owner tries each of our addresses for up to connect_timeout; the
+  // relay's message to it and its thread start take the rest.
+  const int naddrs = 1 + static_cast<int>(std::count(addrs_.begin(), addrs_.end(), ','));
+  const auto wait = o_.connect_timeout * (naddrs + 1) + std::chrono::milliseconds(500);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, wait, [&] { return stopping_ || dial_backs_[token] >= 0; });
+  }
+  int fd = forget();
+  if (fd < 0) return Unavailable("endpoint " + owner + " did not dial back");
+  if (stopping_) {
+    endpoint_net::CloseFd(fd);
+    return Unavailable("stopping");
+  }
+  return fd;
+}
+
+bool Endpoint::RecentlyFailed(const std::string& owner, Path path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = failed_paths_.find({owner, path});
+  if (it == failed_paths_.end()) return false;
+  if (std::chrono::steady_clock::now() - it->second < o_.path_memory) return true;
+  failed_paths_.erase(it);
+  return false;
+}
+
+void Endpoint::NoteFailed(const std::string& owner, Path path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failed_paths_.size() > 4096) failed_paths_.clear();  // a bound, not a policy
+  failed_paths_[{owner, path}] = std::chrono::steady_clock::now();
+}
+
 Result<PeerReply> Endpoint::CallPeer(const std::string& owner, const std::string& method,
                                      const std::string& id, const GatherList* body) {
   if (o_.relay.empty()) {
@@ -248,7 +321,7 @@ Result<PeerReply> Endpoint::CallPeer(const std::string& owner, const std::string
   };
 
   // Direct: the first advertised address that accepts a connection.
-  if (addrs != "-") {
+  if (addrs != "-" && !RecentlyFailed(owner, Path::kDirect)) {
     std::istringstream list(addrs);
     std::string a;
     while (std::getline(list, a, ',')) {
@@ -257,6 +330,13 @@ Result<PeerReply> Endpoint::CallPeer(const std::string& owner, const std::string
       auto fd = endpoint_net::ConnectTcp(*hp, o_.connect_timeout, o_.io_timeout);
       if (fd.ok()) return pinned(*fd, Path::kDirect);
     }
+    NoteFailed(owner, Path::kDirect);
+  }
+  // Reverse: the owner cannot be dialled, but it can dial us.
+  if (peer_fd_ >= 0 && addrs_ != "-" && !RecentlyFailed(owner, Path::kReverse)) {
+    auto fd = AwaitDialBack(owner);
+    if (fd.ok()) return pinned(*fd, Path::kReverse);
+    NoteFailed(owner, Path::kReverse);
   }
   // Relayed: both sides dial out to the relay, which pipes the session.
   XSILO_ASSIGN_OR_RETURN(std::string pipe, AskRelay("RELAY " + owner));

@@ -162,12 +162,15 @@ std::string Relay::Handle(const std::string& line, const std::shared_ptr<TlsStre
     return "";
   }
   // LOOKUP and RELAY: the caller must be a registered endpoint.
-  std::string from;
+  std::string from, from_addrs;
   Registration to;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [uuid, reg] : registry_) {
-      if (reg.fp == fp) from = uuid;
+      if (reg.fp == fp) {
+        from = uuid;
+        from_addrs = reg.addrs;
+      }
     }
     auto it = registry_.find(a);
     if (from.empty()) return "ERR PermissionDenied the caller is not a registered endpoint";
@@ -195,6 +198,19 @@ std::string Relay::Handle(const std::string& line, const std::shared_ptr<TlsStre
       return "ERR Unavailable endpoint " + a + " lost its connection to the relay";
     }
     return "PIPE " + token;
+  }
+  if (verb == "REVERSE") {
+    // The requester chose the token (it waits for it on its listener
+    // before asking); the owner dials the requester's registered addresses.
+    if (!ValidName(b)) return "ERR InvalidArgument REVERSE <to> <token>";
+    if (from_addrs == "-") {
+      return "ERR FailedPrecondition the caller advertises no peer address to dial back";
+    }
+    std::lock_guard<std::mutex> w(*to.write_mu);
+    if (!to.control->WriteLine("DIAL " + b + " " + from_addrs).ok()) {
+      return "ERR Unavailable endpoint " + a + " lost its connection to the relay";
+    }
+    return "DIALING " + b;
   }
   return "ERR InvalidArgument unknown request " + verb;
 }

@@ -8,6 +8,7 @@
 //   REGISTER <uuid> <addr,addr|->   -> OK <secret>   (stays open: SERVE <token> lines follow)
 //   LOOKUP <to>                     -> PEER <fp> <addr,addr|-> <ticket> | ERR <code> <why>
 //   RELAY <to>                      -> PIPE <token>  (and SERVE <token> to <to>)
+//   REVERSE <to> <token>            -> DIALING <token> (and DIAL <token> <caller's addrs> to <to>)
 // Anything else is a pipe leg, plain TCP (the session inside is TLS end to
 // end between the two endpoints, so the relay sees only ciphertext):
 //   JOIN <token> requester|owner\n  then raw bytes both ways once both legs arrived.

@@ -71,10 +71,12 @@ void Endpoint::RelayLoop() {
         auto line = control->ReadLine();
         if (!line.ok()) break;
         std::istringstream in(*line);
-        std::string verb, token;
-        in >> verb >> token;
+        std::string verb, token, addrs;
+        in >> verb >> token >> addrs;
         if (verb == "SERVE" && !token.empty()) {
           RunSession([this, token] { ServeRelayed(token); });
+        } else if (verb == "DIAL" && ValidName(token) && !addrs.empty()) {
+          RunSession([this, token, addrs] { ServeDialBack(token, addrs); });
         }
       }
       std::lock_guard<std::mutex> lock(mu_);
@@ -91,25 +93,37 @@ void Endpoint::ServeRelayed(const std::string& token) {
   auto hp = endpoint_net::ParseHostPort(o_.relay);
   if (!hp.ok()) return;
   auto fd = endpoint_net::ConnectTcp(*hp, o_.connect_timeout, o_.io_timeout);
-  if (!fd.ok()) return;
-  std::string join = "JOIN " + token + " owner\n";
-  if (!endpoint_net::SendAll(*fd, join.data(), join.size()).ok()) {
-    int f = *fd;
-    endpoint_net::CloseFd(f);
+  if (fd.ok()) ServeDialled(*fd, "JOIN " + token + " owner\n");
+}
+
+void Endpoint::ServeDialBack(const std::string& token, const std::string& addrs) {
+  std::istringstream list(addrs);
+  std::string a;
+  while (std::getline(list, a, ',')) {
+    auto hp = endpoint_net::ParseHostPort(a);
+    if (!hp.ok()) continue;
+    auto fd = endpoint_net::ConnectTcp(*hp, o_.connect_timeout, o_.io_timeout);
+    if (fd.ok()) return ServeDialled(*fd, "DIALED " + token + "\n");
+  }
+}
+
+void Endpoint::ServeDialled(int fd, const std::string& hello) {
+  if (!endpoint_net::SendAll(fd, hello.data(), hello.size()).ok()) {
+    endpoint_net::CloseFd(fd);
     return;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    session_fds_.insert(*fd);
-    if (stopping_) ::shutdown(*fd, SHUT_RDWR);
+    session_fds_.insert(fd);
+    if (stopping_) ::shutdown(fd, SHUT_RDWR);
   }
   // The requester opens the session: this side is the TLS server.
-  auto s = TlsStream::Accept(identity_->server_ctx(), *fd);
+  auto s = TlsStream::Accept(identity_->server_ctx(), fd);
   if (s.ok()) {
     ServePeerSession(std::move(s).value());
   } else {
     std::lock_guard<std::mutex> lock(mu_);
-    session_fds_.erase(*fd);
+    session_fds_.erase(fd);
   }
 }
 

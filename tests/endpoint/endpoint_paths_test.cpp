@@ -22,14 +22,19 @@ struct TwoSites {
   std::unique_ptr<endpoint::Endpoint> a, b;
 
   // b_reachable: B listens for peers; otherwise B advertises `b_advertise`
-  // (nothing, or an address where nobody listens).
+  // (nothing, or an address where nobody listens). a_listens: A has a peer
+  // listener too, advertising `a_advertise` (default: the listener).
   explicit TwoSites(bool b_reachable, std::vector<std::string> b_advertise = {},
-                    endpoint::RelayOptions relay_options = {}) {
+                    endpoint::RelayOptions relay_options = {}, bool a_listens = false,
+                    std::vector<std::string> a_advertise = {}) {
     relay = StartRelay(std::move(relay_options), &ca);
     endpoint::EndpointOptions o;
     o.relay = "127.0.0.1:" + std::to_string(relay->port());
     o.relay_ca = ca;
+    if (a_listens) o.peer_listen = "127.0.0.1:0";
+    o.advertise = std::move(a_advertise);
     a = StartEndpoint(o);
+    o.peer_listen.clear();
     if (b_reachable) o.peer_listen = "127.0.0.1:0";
     o.advertise = std::move(b_advertise);
     b = StartEndpoint(o);
@@ -81,7 +86,11 @@ void ExpectBigObjectThroughA(const TwoSites& s, Path want) {
   auto back = via_b->Get(on_b);
   ASSERT_TRUE(back.ok() && back->has_value());
   EXPECT_EQ((*back)->view(), "set through A");
-  EXPECT_EQ(s.a->served(want == Path::kDirect ? Path::kRelayed : Path::kDirect), 0u);
+  for (Path other : {Path::kDirect, Path::kReverse, Path::kPunched, Path::kRelayed}) {
+    if (other != want) {
+      EXPECT_EQ(s.a->served(other), 0u) << endpoint::PathName(other);
+    }
+  }
 }
 
 TEST(EndpointPaths, DirectWhenTheOwnerCanBeDialled) {
@@ -119,6 +128,19 @@ TEST(EndpointPaths, ARelayedTransferLongerThanTheIoTimeoutCompletes) {
   EXPECT_EQ(s.a->served(Path::kRelayed), 1u);
   EXPECT_GT(std::chrono::steady_clock::now() - start, ro.io_timeout)
       << "the transfer must outlast one receive timeout to test this";
+}
+
+// B cannot be dialled but can dial A: the relay asks B to dial A's peer
+// listener, and A runs the same pinned session on the socket it accepted.
+TEST(EndpointPaths, ReverseWhenOnlyTheRequesterCanBeDialled) {
+  TwoSites s(false, {}, {}, /*a_listens=*/true);
+  ExpectBigObjectThroughA(s, Path::kReverse);
+  EXPECT_EQ(s.relay->pipes_opened(), 0u);
+}
+
+TEST(EndpointPaths, RelayedWhenNeitherSideCanBeDialled) {
+  TwoSites s(false, {DeadAddress()}, {}, /*a_listens=*/true, {DeadAddress()});
+  ExpectBigObjectThroughA(s, Path::kRelayed);
 }
 
 TEST(EndpointPaths, RelayedWhenTheAdvertisedAddressCannotBeDialled) {
