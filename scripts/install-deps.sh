@@ -33,6 +33,8 @@ PACKAGES=(
   libtensorpipe-dev
   # ucx connector (optional: without it the connector is not built)
   libucx-dev
+  # endpoint: UDP hole punching (ICE and pseudo-TCP)
+  libnice-dev
   # netem (namespaces; iperf3 for `xsilo netem check`)
   iproute2 iperf3
   # netem sites behind a NAT (nftables masquerade in a NAT box namespace)

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "endpoint/object_table.h"
+#include "endpoint/punch.h"
 #include "endpoint/tls_link.h"
 #include "xsilo/core/buffer.h"
 #include "xsilo/core/codec.h"
@@ -65,6 +66,12 @@ struct EndpointOptions {
   // back came) is not tried again for this long: the next calls go straight
   // to the path after it instead of paying the same timeout each time.
   std::chrono::milliseconds path_memory{60000};
+  // Try a hole-punched UDP path (ICE through the relay's STUN port) before
+  // the relay's pipe, when neither side can dial the other.
+  bool punch = true;
+  // How long the ICE checks and the stream's handshake may take before the
+  // call falls back to the relay's pipe.
+  std::chrono::milliseconds punch_timeout{5000};
   // Test hook: a peer GET calls it after each chunk it sent (may block).
   std::function<void(uint64_t sent)> on_peer_send;
 };
@@ -130,6 +137,12 @@ class Endpoint {
   void ServeRelayed(const std::string& token);
   void ServeDialBack(const std::string& token, const std::string& addrs);
   void ServeDialled(int fd, const std::string& hello);
+  // The owner's side of a punch the relay passed on: gathers, answers
+  // through the relay, connects and serves the session on the stream.
+  void ServePunch(const std::string& token, const std::string& description);
+  // The requester's side: a socket on a punched path to `owner`.
+  Result<int> Punch(const std::string& owner);
+  PunchOptions PunchOptionsFor(bool controlling) const;
   // The requester's side of the reverse path: asks the owner, through the
   // relay, to dial this endpoint's peer listener; the accepted socket, or
   // Unavailable when none came in time.

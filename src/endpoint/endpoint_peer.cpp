@@ -338,6 +338,12 @@ Result<PeerReply> Endpoint::CallPeer(const std::string& owner, const std::string
     if (fd.ok()) return pinned(*fd, Path::kReverse);
     NoteFailed(owner, Path::kReverse);
   }
+  // Punched: a UDP path both sides open through their NATs.
+  if (o_.punch && !RecentlyFailed(owner, Path::kPunched)) {
+    auto fd = Punch(owner);
+    if (fd.ok()) return pinned(*fd, Path::kPunched);
+    NoteFailed(owner, Path::kPunched);
+  }
   // Relayed: both sides dial out to the relay, which pipes the session.
   XSILO_ASSIGN_OR_RETURN(std::string pipe, AskRelay("RELAY " + owner));
   std::istringstream pin(pipe);

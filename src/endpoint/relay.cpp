@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "endpoint/object_table.h"
+#include "endpoint/punch.h"
 #include "endpoint/ticket.h"
 #include "store/endpoint/socket_io.h"
 
@@ -40,6 +41,13 @@ Result<std::unique_ptr<Relay>> Relay::Start(RelayOptions options) {
   XSILO_ASSIGN_OR_RETURN(auto hp, endpoint_net::ParseHostPort(r->o_.listen));
   XSILO_ASSIGN_OR_RETURN(r->listen_fd_, endpoint_net::ListenTcp(hp, &r->port_));
   r->acceptor_ = std::thread([p = r.get()] { p->AcceptLoop(); });
+  // STUN on the same port over UDP; without it (the port is taken for UDP)
+  // endpoints learn no reflexive address and punching falls back to the pipe.
+  auto udp = endpoint_net::BindUdp({hp.host, r->port_});
+  if (udp.ok()) {
+    r->udp_fd_ = *udp;
+    r->stun_ = std::thread([p = r.get()] { p->StunLoop(); });
+  }
   return r;
 }
 
@@ -57,6 +65,8 @@ void Relay::Abort() {
 void Relay::Stop() {
   Abort();
   if (acceptor_.joinable()) acceptor_.join();
+  if (stun_.joinable()) stun_.join();
+  CloseFd(udp_fd_);
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return threads_ == 0; });
   registry_.clear();
@@ -97,6 +107,22 @@ void Relay::AcceptLoop() {
       --threads_;
       cv_.notify_all();
     }).detach();
+  }
+}
+
+void Relay::StunLoop() {
+  std::string buf(1500, '\0');
+  while (!stopping_) {
+    sockaddr_storage from{};
+    socklen_t len = sizeof from;
+    ssize_t n =
+        ::recvfrom(udp_fd_, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from), &len);
+    if (n <= 0) continue;  // the 200 ms receive timeout: look at stopping_ again
+    std::string reply = StunBindingResponse(buf.substr(0, static_cast<size_t>(n)), &from, len);
+    if (!reply.empty()) {
+      (void)::sendto(udp_fd_, reply.data(), reply.size(), 0, reinterpret_cast<sockaddr*>(&from),
+                     len);
+    }
   }
 }
 
@@ -172,8 +198,18 @@ std::string Relay::Handle(const std::string& line, const std::shared_ptr<TlsStre
         from_addrs = reg.addrs;
       }
     }
-    auto it = registry_.find(a);
     if (from.empty()) return "ERR PermissionDenied the caller is not a registered endpoint";
+    if (verb == "ANSWER") {  // ANSWER <token> <description>
+      auto w = punches_.find(a);
+      if (w == punches_.end() || w->second->owner_fp != fp || b.empty()) {
+        return "ERR NotFound no punch " + a + " waits for this endpoint's answer";
+      }
+      w->second->answer = b;
+      w->second->answered = true;
+      cv_.notify_all();
+      return "OK";
+    }
+    auto it = registry_.find(a);
     if (it == registry_.end() || !it->second.control) {
       return "ERR NotFound endpoint " + a + " is not registered with this relay";
     }
@@ -198,6 +234,31 @@ std::string Relay::Handle(const std::string& line, const std::shared_ptr<TlsStre
       return "ERR Unavailable endpoint " + a + " lost its connection to the relay";
     }
     return "PIPE " + token;
+  }
+  if (verb == "PUNCH") {  // PUNCH <to> <token> <description>
+    std::string desc;
+    in >> desc;
+    if (!ValidName(b) || desc.empty()) {
+      return "ERR InvalidArgument PUNCH <to> <token> <description>";
+    }
+    auto w = std::make_shared<PunchWait>();
+    w->owner_fp = to.fp;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      punches_[b] = w;
+    }
+    Status told;
+    {
+      std::lock_guard<std::mutex> write(*to.write_mu);
+      told = to.control->WriteLine("PUNCH " + b + " " + desc);
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    if (told.ok()) {
+      cv_.wait_for(lock, o_.pair_timeout, [&] { return stopping_ || w->answered; });
+    }
+    punches_.erase(b);
+    if (!w->answered) return "ERR Unavailable endpoint " + a + " did not answer the punch";
+    return "PUNCHED " + w->answer;
   }
   if (verb == "REVERSE") {
     // The requester chose the token (it waits for it on its listener

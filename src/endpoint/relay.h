@@ -9,6 +9,11 @@
 //   LOOKUP <to>                     -> PEER <fp> <addr,addr|-> <ticket> | ERR <code> <why>
 //   RELAY <to>                      -> PIPE <token>  (and SERVE <token> to <to>)
 //   REVERSE <to> <token>            -> DIALING <token> (and DIAL <token> <caller's addrs> to <to>)
+//   PUNCH <to> <token> <desc>       -> PUNCHED <to's desc> once <to> answered (PUNCH <token> <desc>
+//   to <to>) ANSWER <token> <desc>           -> OK   (from <to> only: its ICE description for the
+//   punch)
+// The same port over UDP answers STUN Binding requests (RFC 5389): the
+// endpoints learn the address their NAT maps them to (punch.h).
 // Anything else is a pipe leg, plain TCP (the session inside is TLS end to
 // end between the two endpoints, so the relay sees only ciphertext):
 //   JOIN <token> requester|owner\n  then raw bytes both ways once both legs arrived.
@@ -69,9 +74,15 @@ class Relay {
     std::shared_ptr<std::mutex> write_mu;
   };
   struct Pipe;
+  struct PunchWait {
+    std::string owner_fp;  // only the owner may answer
+    std::string answer;
+    bool answered = false;
+  };
 
   explicit Relay(RelayOptions o) : o_(std::move(o)) {}
   void AcceptLoop();
+  void StunLoop();
   void Serve(int fd);
   void ServeControl(int fd);
   void ServeJoin(int fd);
@@ -85,7 +96,8 @@ class Relay {
   int listen_fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
-  std::thread acceptor_;
+  std::thread acceptor_, stun_;
+  int udp_fd_ = -1;
   std::atomic<uint64_t> pipes_opened_{0};
 
   mutable std::mutex mu_;
@@ -94,6 +106,7 @@ class Relay {
   std::set<int> fds_;
   std::map<std::string, Registration> registry_;
   std::map<std::string, std::shared_ptr<Pipe>> pending_;
+  std::map<std::string, std::shared_ptr<PunchWait>> punches_;
 };
 
 }  // namespace xsilo::endpoint

@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "endpoint/endpoint.h"
+#include "endpoint/punch.h"
+#include "endpoint/ticket.h"
 #include "store/endpoint/socket_io.h"
 
 namespace xsilo::endpoint {
@@ -75,6 +77,8 @@ void Endpoint::RelayLoop() {
         in >> verb >> token >> addrs;
         if (verb == "SERVE" && !token.empty()) {
           RunSession([this, token] { ServeRelayed(token); });
+        } else if (verb == "PUNCH" && ValidName(token) && !addrs.empty()) {
+          RunSession([this, token, desc = addrs] { ServePunch(token, desc); });
         } else if (verb == "DIAL" && ValidName(token) && !addrs.empty()) {
           RunSession([this, token, addrs] { ServeDialBack(token, addrs); });
         }
@@ -107,8 +111,46 @@ void Endpoint::ServeDialBack(const std::string& token, const std::string& addrs)
   }
 }
 
+PunchOptions Endpoint::PunchOptionsFor(bool controlling) const {
+  PunchOptions p;
+  auto hp = endpoint_net::ParseHostPort(o_.relay);
+  if (hp.ok()) {
+    p.stun_host = hp->host;
+    p.stun_port = hp->port;
+  }
+  p.controlling = controlling;
+  p.connect_timeout = o_.punch_timeout;
+  p.io_timeout = o_.io_timeout;
+  return p;
+}
+
+Result<int> Endpoint::Punch(const std::string& owner) {
+  XSILO_ASSIGN_OR_RETURN(auto path, PunchedPath::Gather(PunchOptionsFor(true)));
+  const std::string token = RandomSecret();
+  XSILO_ASSIGN_OR_RETURN(std::string reply,
+                         AskRelay("PUNCH " + owner + " " + token + " " + path->description()));
+  std::istringstream in(reply);
+  std::string verb, desc;
+  in >> verb >> desc;
+  if (verb != "PUNCHED" || desc.empty()) return Unavailable("relay: " + reply);
+  XSILO_ASSIGN_OR_RETURN(int fd, path->Connect(desc));
+  endpoint_net::SetIoTimeout(fd, o_.io_timeout);
+  return fd;
+}
+
+void Endpoint::ServePunch(const std::string& token, const std::string& description) {
+  auto path = PunchedPath::Gather(PunchOptionsFor(false));
+  if (!path.ok()) return;
+  auto answered = AskRelay("ANSWER " + token + " " + (*path)->description());
+  if (!answered.ok() || *answered != "OK") return;
+  auto fd = (*path)->Connect(description);
+  if (!fd.ok()) return;
+  endpoint_net::SetIoTimeout(*fd, o_.io_timeout);
+  ServeDialled(*fd, "");
+}
+
 void Endpoint::ServeDialled(int fd, const std::string& hello) {
-  if (!endpoint_net::SendAll(fd, hello.data(), hello.size()).ok()) {
+  if (!hello.empty() && !endpoint_net::SendAll(fd, hello.data(), hello.size()).ok()) {
     endpoint_net::CloseFd(fd);
     return;
   }

@@ -24,13 +24,16 @@ struct TwoSites {
   // b_reachable: B listens for peers; otherwise B advertises `b_advertise`
   // (nothing, or an address where nobody listens). a_listens: A has a peer
   // listener too, advertising `a_advertise` (default: the listener).
+  // punch: try the hole-punched path (on loopback it always works, so the
+  // relay's tests leave it off).
   explicit TwoSites(bool b_reachable, std::vector<std::string> b_advertise = {},
                     endpoint::RelayOptions relay_options = {}, bool a_listens = false,
-                    std::vector<std::string> a_advertise = {}) {
+                    std::vector<std::string> a_advertise = {}, bool punch = false) {
     relay = StartRelay(std::move(relay_options), &ca);
     endpoint::EndpointOptions o;
     o.relay = "127.0.0.1:" + std::to_string(relay->port());
     o.relay_ca = ca;
+    o.punch = punch;
     if (a_listens) o.peer_listen = "127.0.0.1:0";
     o.advertise = std::move(a_advertise);
     a = StartEndpoint(o);
@@ -138,6 +141,21 @@ TEST(EndpointPaths, ReverseWhenOnlyTheRequesterCanBeDialled) {
   EXPECT_EQ(s.relay->pipes_opened(), 0u);
 }
 
+// Neither side can be dialled; ICE finds a UDP pair (on one machine, the
+// host candidates) and the session runs over pseudo-TCP on it.
+TEST(EndpointPaths, PunchedWhenNeitherSideCanBeDialled) {
+  TwoSites s(false, {}, {}, false, {}, /*punch=*/true);
+  ASSERT_TRUE(s.a->registered() && s.b->registered());
+  Buffer object = PatternTensor(4ull << 20, 6).data;
+  auto key = ConnectorFor(*s.b)->Put(object);
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  auto got = ConnectorFor(*s.a)->Get(*key);
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_EQ(Checksum((*got)->span()), Checksum(object.span()));
+  EXPECT_EQ(s.a->served(Path::kPunched), 1u);
+  EXPECT_EQ(s.relay->pipes_opened(), 0u);
+}
+
 TEST(EndpointPaths, RelayedWhenNeitherSideCanBeDialled) {
   TwoSites s(false, {DeadAddress()}, {}, /*a_listens=*/true, {DeadAddress()});
   ExpectBigObjectThroughA(s, Path::kRelayed);
@@ -161,6 +179,7 @@ TEST(EndpointPaths, PutPastTheOwnersBoundIsResourceExhaustedOnBothPaths) {
     endpoint::EndpointOptions o;
     o.relay = "127.0.0.1:" + std::to_string(relay->port());
     o.relay_ca = ca;
+    o.punch = false;
     auto a = StartEndpoint(o);
     if (direct) o.peer_listen = "127.0.0.1:0";
     o.max_bytes = 1 << 20;

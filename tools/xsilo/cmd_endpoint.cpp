@@ -18,6 +18,8 @@ struct EndpointArgs {
   endpoint::EndpointOptions options;
   int64_t connect_timeout_ms = 1000;
   int64_t io_timeout_ms = 60000;
+  int64_t punch_timeout_ms = 5000;
+  bool no_punch = false;
   std::string port_file;
   std::string status_address = "127.0.0.1:7070";
 };
@@ -48,10 +50,18 @@ void AddEndpointCommand(CLI::App& app) {
       ->capture_default_str();
   start->add_option("--io-timeout-ms", args->io_timeout_ms, "each blocked send/recv")
       ->capture_default_str();
+  start
+      ->add_option("--punch-timeout-ms", args->punch_timeout_ms,
+                   "ICE checks of a hole-punched path before falling back to the relay's pipe")
+      ->capture_default_str();
+  start->add_flag("--no-punch", args->no_punch,
+                  "never try a hole-punched UDP path (the relay's pipe when no side can dial)");
   start->add_option("--port-file", args->port_file, "write the local API's port to this file");
   start->callback([args] {
     args->options.connect_timeout = std::chrono::milliseconds(args->connect_timeout_ms);
     args->options.io_timeout = std::chrono::milliseconds(args->io_timeout_ms);
+    args->options.punch_timeout = std::chrono::milliseconds(args->punch_timeout_ms);
+    args->options.punch = !args->no_punch;
     auto e = endpoint::Endpoint::Start(args->options);
     if (!e.ok()) {
       std::cerr << "endpoint: " << e.status().ToString() << "\n";

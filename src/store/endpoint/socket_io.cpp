@@ -62,10 +62,10 @@ struct AddrInfo {
   }
 };
 
-Status Resolve(const HostPort& hp, bool passive, AddrInfo* out) {
+Status Resolve(const HostPort& hp, bool passive, AddrInfo* out, int socktype = SOCK_STREAM) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_socktype = socktype;
   hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
   std::string port = std::to_string(hp.port);
   int rc =
@@ -143,6 +143,23 @@ Result<int> ListenTcp(const HostPort& hp, int* bound_port) {
     ::close(fd);
   }
   return Unavailable("listen on " + hp.ToString() + ": " + last);
+}
+
+Result<int> BindUdp(const HostPort& hp) {
+  AddrInfo ai;
+  XSILO_RETURN_IF_ERROR(Resolve(hp, true, &ai, SOCK_DGRAM));
+  std::string last = "no address";
+  for (addrinfo* a = ai.list; a; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      SetIoTimeout(fd, std::chrono::milliseconds(200));
+      return fd;
+    }
+    last = std::strerror(errno);
+    ::close(fd);
+  }
+  return Unavailable("bind udp " + hp.ToString() + ": " + last);
 }
 
 Status SendAll(int fd, const void* data, size_t n) {

@@ -32,6 +32,10 @@ Result<int> ListenTcp(const HostPort& hp, int* bound_port);
 
 void SetIoTimeout(int fd, std::chrono::milliseconds timeout);
 
+// A UDP socket bound to hp, with a 200 ms receive timeout (a loop that
+// reads it looks at its stop flag that often).
+Result<int> BindUdp(const HostPort& hp);
+
 // Whole writes / reads on a plain socket; Unavailable when the peer is gone
 // or a send/recv timed out.
 Status SendAll(int fd, const void* data, size_t n);
