@@ -401,6 +401,23 @@ int RunP2p(P2pOptions a) {
             }
             for (const auto& [k, v] : *tls) spec.options[k] = v;
           }
+          if (!b.endpoint.empty()) {
+            // The relay listens in the server site, with the environment's
+            // self-signed pair (made for every site address, as for TLS rows).
+            auto pair = TlsOptionsFor(tmpdir, env, state, "grpc");
+            if (!pair.ok()) {
+              std::cerr << "xsilo bench p2p: " << bname << ": " << pair.status().ToString() << "\n";
+              return 1;
+            }
+            std::string relay_port;
+            do {
+              relay_port = std::to_string(PickPort());
+            } while (spec.address.ends_with(":" + relay_port));
+            spec.endpoint = b.endpoint;
+            spec.relay = server_addr + ":" + relay_port;
+            spec.relay_cert = pair->at("tls_cert");
+            spec.relay_key = pair->at("tls_key");
+          }
           for (const auto& [k, v] : extra_options[bname]) spec.options[k] = v;
           spec.prefix = topology->loopback ? "" : a.prefix;
           spec.parameters = tier->parameters;
@@ -536,6 +553,10 @@ int RunP2p(P2pOptions a) {
           if (!dl.empty()) run["delivery_ms"] = dl;
           if (result.contains("concurrency")) run["concurrency"] = result["concurrency"];
           if (result.contains("route")) run["route"] = result["route"];  // auto+s3's last choice
+          if (result.contains("endpoint_status")) {
+            run["endpoint"] = b.endpoint;
+            run["endpoint_status"] = result["endpoint_status"];  // the sender's, at the end
+          }
           run["dispatch"] = result.value("dispatch", json::array());
           if (result.contains("broadcast")) run["broadcast"] = result["broadcast"];
           run["phases_s"] = result.value("phases_s", json::object());

@@ -31,6 +31,12 @@ struct PeerSpec {
   bool serializes = true;
   double timeout_s = 600;  // per wait for one batch of acks
   std::string result;
+  // Endpoint rows (BackendSpec::endpoint): "direct" or "relayed", the
+  // relay's HOST:PORT (in the server site; the sender starts it) and its
+  // self-signed pair (the certificate is every endpoint's --relay-ca).
+  std::string endpoint;
+  std::string relay;
+  std::string relay_cert, relay_key;
 };
 
 nlohmann::json ToJson(const PeerSpec& s);
