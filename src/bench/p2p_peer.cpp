@@ -36,6 +36,11 @@ namespace xsilo::bench {
 
 using nlohmann::json;
 
+std::string EndpointStatusFile(const std::string& result, int rank) {
+  return std::filesystem::path(result).parent_path().string() + "/endpoint-status-" +
+         std::to_string(rank) + ".json";
+}
+
 json ToJson(const PeerSpec& s) {
   return json{{"role", s.role},
               {"rank", s.rank},
@@ -510,7 +515,14 @@ int RunP2pPeer(const std::string& spec_text) {
     // Which paths this peer's endpoint took, and what it still holds.
     json status = helpers.EndpointStatus();
     log("endpoint status " + status.dump());
-    if (spec.role == "sender") result["endpoint_status"] = status;
+    if (spec.role == "sender") {
+      result["endpoint_status"] = status;
+    } else {
+      // For the coordinator (EndpointStatusFile): the receiver's endpoint
+      // made the remote calls, so its counters say which path they took.
+      std::ofstream out(EndpointStatusFile(spec.result, spec.rank));
+      out << status.dump() << "\n";
+    }
     helpers.Stop();
   }
   if (spec.role == "sender") {

@@ -40,6 +40,10 @@ struct PeerSpec {
 };
 
 nlohmann::json ToJson(const PeerSpec& s);
+
+// Where receiver `rank` of an endpoint row leaves its endpoint's final
+// /status JSON: next to the sender's result file.
+std::string EndpointStatusFile(const std::string& result, int rank);
 PeerSpec PeerSpecFromJson(const nlohmann::json& j);
 
 inline std::chrono::milliseconds Seconds(double s) {
