@@ -3,8 +3,10 @@
 // process: the server (rank 0) broadcasts a model that stays on its own
 // endpoint; each client pulls it through its own endpoint (directly, when
 // the server's endpoint has a peer listener, else through the relay) and
-// sends an update back the same way. Once every ack is in, every endpoint
-// is empty: the server keeps no copy after the clients pulled.
+// sends an update back (the server's endpoint reaching the clients' ones
+// by a dial back when it listens, else through the relay). Once every ack
+// is in, every endpoint is empty: the server keeps no copy after the
+// clients pulled.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -102,11 +104,23 @@ bool WaitFor(F done, std::chrono::milliseconds limit) {
   return true;
 }
 
+// Every remote call of `e` took `path`: none took another.
+void ExpectOnlyPath(const endpoint::Endpoint& e, Path path, uint64_t calls) {
+  EXPECT_EQ(e.served(path), calls) << StatusOf(e);
+  for (Path other : {Path::kDirect, Path::kReverse, Path::kPunched, Path::kRelayed}) {
+    if (other != path) {
+      EXPECT_EQ(e.served(other), 0u) << endpoint::PathName(other);
+    }
+  }
+}
+
 // One round: the model down to both clients, an update from each back up,
 // every endpoint empty once the acks are in. `down` is the path the
-// clients' endpoints take to the server's; the updates always go through
-// the relay (no client endpoint listens for peers).
-void ModelDownUpdatesUp(Federation& f, Path down, std::map<std::string, std::string> extra = {}) {
+// clients' endpoints take to the server's, `up` the one the server's takes
+// to theirs (no client endpoint listens for peers: the server's endpoint is
+// dialled back when it listens, else the relay pipes).
+void ModelDownUpdatesUp(Federation& f, Path down, Path up,
+                        std::map<std::string, std::string> extra = {}) {
   ASSERT_TRUE(f.Up());
   const std::string address = "127.0.0.1:" + std::to_string(FreeTcpPort());
   auto server = TransportRegistry::Global().Create("grpc+endpoint",
@@ -166,17 +180,16 @@ void ModelDownUpdatesUp(Federation& f, Path down, std::map<std::string, std::str
     const std::string status = StatusOf(*e);
     EXPECT_NE(status.find("\"objects\":0,"), std::string::npos) << status;
   }
-  // The model went down on `down`, each client's own read; the updates came
-  // up through the relay, the server's reads.
+  // The model went down on `down`, one read by each client's endpoint; the
+  // updates came up on `up`, the server's endpoint's reads.
   for (int c = 1; c <= kClients; ++c) {
-    EXPECT_EQ(f.ep[c]->served(down), 1u) << "client " << c << ": " << StatusOf(*f.ep[c]);
-    EXPECT_EQ(f.ep[c]->served(down == Path::kDirect ? Path::kRelayed : Path::kDirect), 0u);
+    SCOPED_TRACE("client " + std::to_string(c));
+    ExpectOnlyPath(*f.ep[c], down, 1);
   }
-  EXPECT_EQ(f.ep[0]->served(Path::kRelayed), uint64_t{kClients}) << StatusOf(*f.ep[0]);
+  ExpectOnlyPath(*f.ep[0], up, kClients);
   // Each party stored its object on its own endpoint and evicted it there
   // (a put and a delete at least; nothing is empty for want of a put).
   for (const auto& e : f.ep) EXPECT_GE(e->served(Path::kLocal), 2u) << StatusOf(*e);
-  EXPECT_EQ(f.ep[0]->served(Path::kDirect), 0u);
 
   for (int c = 1; c <= kClients; ++c) clients[c]->Stop();
   (*server)->Stop();
@@ -184,13 +197,14 @@ void ModelDownUpdatesUp(Federation& f, Path down, std::map<std::string, std::str
 
 TEST(GrpcEndpoint, ModelPulledDirectlyFromTheServersEndpointLeavesNoCopy) {
   Federation f(/*server_reachable=*/true);
-  ModelDownUpdatesUp(f, Path::kDirect);
+  ModelDownUpdatesUp(f, Path::kDirect, Path::kReverse);
+  EXPECT_EQ(f.relay->pipes_opened(), 0u) << "no byte went through the relay";
 }
 
 TEST(GrpcEndpoint, ModelPulledThroughTheRelayLeavesNoCopy) {
   Federation f(/*server_reachable=*/false);
   const uint64_t pipes_before = f.relay ? f.relay->pipes_opened() : 0;
-  ModelDownUpdatesUp(f, Path::kRelayed);
+  ModelDownUpdatesUp(f, Path::kRelayed, Path::kRelayed);
   // Both models down and both updates up were piped.
   EXPECT_GE(f.relay->pipes_opened() - pipes_before, uint64_t{2 * kClients});
 }
@@ -213,7 +227,7 @@ TEST(GrpcEndpoint, ThresholdAlwaysSendsSmallTensorsThroughTheEndpoints) {
   auto got = (*client)->Receive(60s);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_TRUE(SameBytes(*got, m));
-  EXPECT_EQ(f.ep[1]->served(Path::kDirect), 1u);
+  ExpectOnlyPath(*f.ep[1], Path::kDirect, 1);
   EXPECT_TRUE(WaitFor([&] { return f.Objects() == 0; }, 30s));
   (*client)->Stop();
   (*server)->Stop();
