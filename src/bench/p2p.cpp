@@ -139,6 +139,9 @@ int RunP2p(P2pOptions a) {
   }
   const auto envs = SplitList(a.envs);
   const auto backend_names = SplitList(a.backends);
+  // The backend column of the progress lines fits the longest name.
+  int name_w = 12;
+  for (const auto& b : backend_names) name_w = std::max(name_w, static_cast<int>(b.size()) + 1);
   const auto dispatch_envs = SplitList(a.dispatch_envs);
   std::vector<int> dispatch_points;
   for (const auto& d : SplitList(a.dispatch)) dispatch_points.push_back(std::stoi(d));
@@ -348,8 +351,8 @@ int RunP2p(P2pOptions a) {
             if (pass > 0) return;  // recorded once
             report["not_run"].push_back(
                 {{"env", env}, {"tier", tier_name}, {"backend", bname}, {"reason", reason}});
-            std::cout << "  " << std::left << std::setw(12) << bname << std::setw(8) << tier_name
-                      << "not run: " << reason << "\n";
+            std::cout << "  " << std::left << std::setw(name_w) << bname << std::setw(8)
+                      << tier_name << "not run: " << reason << "\n";
           };
           if (const std::string c = skipped_cell(env, tier_name, bname); !c.empty()) {
             skip("left out (--skip " + c + ")");
@@ -401,6 +404,23 @@ int RunP2p(P2pOptions a) {
             }
             for (const auto& [k, v] : *tls) spec.options[k] = v;
           }
+          if (!b.endpoint.empty()) {
+            // The relay listens in the server site, with the environment's
+            // self-signed pair (made for every site address, as for TLS rows).
+            auto pair = TlsOptionsFor(tmpdir, env, state, "grpc");
+            if (!pair.ok()) {
+              std::cerr << "xsilo bench p2p: " << bname << ": " << pair.status().ToString() << "\n";
+              return 1;
+            }
+            std::string relay_port;
+            do {
+              relay_port = std::to_string(PickPort());
+            } while (spec.address.ends_with(":" + relay_port));
+            spec.endpoint = b.endpoint;
+            spec.relay = server_addr + ":" + relay_port;
+            spec.relay_cert = pair->at("tls_cert");
+            spec.relay_key = pair->at("tls_key");
+          }
           for (const auto& [k, v] : extra_options[bname]) spec.options[k] = v;
           spec.prefix = topology->loopback ? "" : a.prefix;
           spec.parameters = tier->parameters;
@@ -414,6 +434,7 @@ int RunP2p(P2pOptions a) {
           spec.timeout_s = 120 + 4.0 * static_cast<double>(bytes) / (slow_MBps * 1e6);
           spec.result = tmpdir + "/result.json";
           fs::remove(spec.result, ec);
+          fs::remove(EndpointStatusFile(spec.result, 1), ec);
           // The peers' stderr, kept with the results.
           fs::create_directories(a.out + "/logs", ec);
           const std::string log = a.out + "/logs/" + env + "-" + tier_name + "-" + bname +
@@ -524,10 +545,10 @@ int RunP2p(P2pOptions a) {
                               std::chrono::duration<double>(Clock::now() - run_started).count();
             if (result.contains("route")) first["route"] = result["route"];
             SetLatencyFigures(first);
-            std::cout << "  " << std::left << std::setw(12) << bname << std::setw(8) << tier_name
-                      << std::right << " pass " << pass + 1 << ": latency " << Fixed(pass_median, 1)
-                      << " ms; all passes " << Fixed(first["latency_median_ms"].get<double>(), 1)
-                      << " ms\n"
+            std::cout << "  " << std::left << std::setw(name_w) << bname << std::setw(8)
+                      << tier_name << std::right << " pass " << pass + 1 << ": latency "
+                      << Fixed(pass_median, 1) << " ms; all passes "
+                      << Fixed(first["latency_median_ms"].get<double>(), 1) << " ms\n"
                       << std::flush;
             continue;
           }
@@ -536,6 +557,19 @@ int RunP2p(P2pOptions a) {
           if (!dl.empty()) run["delivery_ms"] = dl;
           if (result.contains("concurrency")) run["concurrency"] = result["concurrency"];
           if (result.contains("route")) run["route"] = result["route"];  // auto+s3's last choice
+          if (!b.endpoint.empty()) {
+            // Each side's endpoint at the end: the objects it still holds,
+            // and (the receiver's) the path its remote calls took.
+            run["endpoint"] = b.endpoint;
+            json receiver;
+            try {
+              std::ifstream in(EndpointStatusFile(spec.result, 1));
+              if (in) in >> receiver;
+            } catch (...) {
+            }
+            run["endpoint_status"] = {{"sender", result.value("endpoint_status", json())},
+                                      {"receiver1", receiver}};
+          }
           run["dispatch"] = result.value("dispatch", json::array());
           if (result.contains("broadcast")) run["broadcast"] = result["broadcast"];
           run["phases_s"] = result.value("phases_s", json::object());
@@ -545,7 +579,7 @@ int RunP2p(P2pOptions a) {
           run["serializes"] = b.serializes;
           if (link.measured && link.multi_MBps > 0) run["floor_ms"] = FloorMs(link, bytes);
           SetLatencyFigures(run);
-          std::cout << "  " << std::left << std::setw(12) << bname << std::setw(8) << tier_name
+          std::cout << "  " << std::left << std::setw(name_w) << bname << std::setw(8) << tier_name
                     << std::right << " latency " << Fixed(run["latency_median_ms"].get<double>(), 1)
                     << " ms (p95 " << Fixed(run["latency_p95_ms"].get<double>(), 1) << ")";
           if (!dl.empty())

@@ -24,6 +24,26 @@ const std::vector<BackendSpec>& Backends() {
       {"tensorpipe", "tensorpipe", {}, false, false, false},
       {"grpc-tls", "grpc", {{"streams", "1"}}, true, false, false, true},
       {"grpc+s3-tls", "grpc+s3", {}, false, false, false, true},
+      // Big tensors stay on the sender's own endpoint; receivers pull them
+      // through theirs (docs/endpoint.md). A remote GET is answered once the
+      // receiver's endpoint holds the whole object, so the connector's
+      // timeout must cover one transfer on the slowest link.
+      {"grpc+endpoint",
+       "grpc+endpoint",
+       {{"store.timeout_ms", "1800000"}},
+       false,
+       false,
+       false,
+       false,
+       "direct"},
+      {"grpc+endpoint-relayed",
+       "grpc+endpoint",
+       {{"store.timeout_ms", "1800000"}},
+       false,
+       false,
+       false,
+       false,
+       "relayed"},
   };
   return kBackends;
 }

@@ -30,6 +30,13 @@ struct BackendSpec {
   // object server on https, all with one self-signed pair the run makes
   // (TlsOptionsFor), which every party trusts.
   bool tls = false;
+  // grpc+endpoint: every peer runs its own object endpoint (a child
+  // `xsilo endpoint start` in its site), and the sender a relay
+  // (`xsilo relay`, in the server site) they all register with.
+  // "direct": the sender's endpoint listens for peers on the server site's
+  // address, so receivers' endpoints dial it; "relayed": no endpoint
+  // listens, the relay pipes every object. "" : not an endpoint row.
+  std::string endpoint;
 };
 
 // Every named row, in the study's order.

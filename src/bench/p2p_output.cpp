@@ -1,5 +1,6 @@
 #include "bench/p2p_output.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -64,16 +65,20 @@ void WriteP2pFiles(const json& report, const std::string& dir) {
 }
 
 void PrintP2pSummary(const json& report) {
+  // The backend column fits the longest name (grpc+endpoint-relayed).
+  int name_w = 12;
+  for (const auto& r : report["runs"])
+    name_w = std::max(name_w, static_cast<int>(r["backend"].get<std::string>().size()) + 1);
   std::cout << "\n"
-            << std::left << std::setw(13) << "env" << std::setw(8) << "tier" << std::setw(12)
+            << std::left << std::setw(13) << "env" << std::setw(8) << "tier" << std::setw(name_w)
             << "backend" << std::right << std::setw(12) << "median ms" << std::setw(10) << "p95 ms"
             << std::setw(11) << "floor ms" << std::setw(8) << "/floor" << std::setw(9) << "speedup"
             << std::setw(12) << "bcast MB" << std::setw(8) << "codec"
             << "\n";
   for (const auto& r : report["runs"]) {
     std::cout << std::left << std::setw(13) << r["env"].get<std::string>() << std::setw(8)
-              << r["tier"].get<std::string>() << std::setw(12) << r["backend"].get<std::string>()
-              << std::right;
+              << r["tier"].get<std::string>() << std::setw(name_w)
+              << r["backend"].get<std::string>() << std::right;
     if (r.contains("error")) {
       std::cout << "  FAILED: " << r["error"].get<std::string>() << "\n";
       continue;

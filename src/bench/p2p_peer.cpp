@@ -2,26 +2,44 @@
 // latency, (b) concurrency, (c) dispatch and broadcast memory and (d) codec
 // time, and writes its result file; the receivers verify and acknowledge
 // every model.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "bench/p2p_peer.h"
+#include "bench/p2p_processes.h"
+#include "store/endpoint/local_http.h"
 #include "xsilo/bench/model.h"
 #include "xsilo/bench/p2p.h"
 #include "xsilo/bench/process.h"
 #include "xsilo/bench/report.h"
 #include "xsilo/core/codec.h"
 #include "xsilo/netem/netem.h"
+#include "xsilo/netem/probe.h"
 #include "xsilo/transport/registry.h"
+
+extern char** environ;
 
 namespace xsilo::bench {
 
 using nlohmann::json;
+
+std::string EndpointStatusFile(const std::string& result, int rank) {
+  return std::filesystem::path(result).parent_path().string() + "/endpoint-status-" +
+         std::to_string(rank) + ".json";
+}
 
 json ToJson(const PeerSpec& s) {
   return json{{"role", s.role},
@@ -42,7 +60,11 @@ json ToJson(const PeerSpec& s) {
               {"broadcast", s.broadcast},
               {"serializes", s.serializes},
               {"timeout_s", s.timeout_s},
-              {"result", s.result}};
+              {"result", s.result},
+              {"endpoint", s.endpoint},
+              {"relay", s.relay},
+              {"relay_cert", s.relay_cert},
+              {"relay_key", s.relay_key}};
 }
 
 PeerSpec PeerSpecFromJson(const json& j) {
@@ -66,6 +88,10 @@ PeerSpec PeerSpecFromJson(const json& j) {
   s.serializes = j.at("serializes");
   s.timeout_s = j.at("timeout_s");
   s.result = j.at("result");
+  s.endpoint = j.value("endpoint", "");
+  s.relay = j.value("relay", "");
+  s.relay_cert = j.value("relay_cert", "");
+  s.relay_key = j.value("relay_key", "");
   return s;
 }
 
@@ -311,6 +337,105 @@ Status RunReceiver(const PeerSpec& spec, Transport& t) {
   }
 }
 
+// The processes an endpoint row's peer runs next to itself, in its site
+// (children of this binary, in this process group: the coordinator's kill
+// of the group takes them too): the sender's relay and every peer's
+// endpoint. Their VmHWM counts as the sender's helpers' memory, as the
+// embedded S3 server's does.
+class EndpointHelpers {
+ public:
+  ~EndpointHelpers() { Stop(); }
+
+  // Starts the relay (the sender) and this peer's endpoint; sets *store_address
+  // to the endpoint's local API.
+  Status Start(const PeerSpec& spec, std::string* store_address) {
+    const auto colon = spec.relay.rfind(':');
+    if (colon == std::string::npos) return InvalidArgument("endpoint row without a relay address");
+    const std::string server_host = spec.relay.substr(0, colon);
+    const int relay_port = std::atoi(spec.relay.c_str() + colon + 1);
+    if (spec.rank == 0) {
+      XSILO_ASSIGN_OR_RETURN(pid_t relay,
+                             Spawn({"relay", "--listen", spec.relay, "--tls-cert", spec.relay_cert,
+                                    "--tls-key", spec.relay_key, "--open"}));
+      const auto until = Clock::now() + std::chrono::seconds(30);
+      while (!netem::Listening(relay, static_cast<uint16_t>(relay_port))) {
+        if (Clock::now() > until || Exited(relay)) {
+          return Unavailable("the relay did not listen on " + spec.relay);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    const std::string port_file = std::filesystem::path(spec.result).parent_path().string() +
+                                  "/endpoint-" + std::to_string(spec.rank) + ".port";
+    std::error_code ec;
+    std::filesystem::remove(port_file, ec);
+    std::vector<std::string> args = {"endpoint",    "start",    "--listen",   "127.0.0.1:0",
+                                     "--relay",     spec.relay, "--relay-ca", spec.relay_cert,
+                                     "--port-file", port_file};
+    if (spec.rank == 0 && spec.endpoint == "direct") {
+      args.insert(args.end(), {"--peer-listen", server_host + ":0"});
+    }
+    XSILO_ASSIGN_OR_RETURN(pid_t endpoint, Spawn(args));
+    // The port file is written once the endpoint registered with the relay.
+    const auto until = Clock::now() + std::chrono::seconds(60);
+    for (;;) {
+      std::ifstream in(port_file);
+      if (in >> port_ && port_ > 0) break;
+      if (Clock::now() > until || Exited(endpoint)) {
+        return Unavailable("the endpoint did not start (see the log)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    *store_address = "127.0.0.1:" + std::to_string(port_);
+    return Status::OK();
+  }
+
+  // The endpoint's /status JSON ("objects", "served": {"local", "direct",
+  // "relayed"}); null when it does not answer.
+  json EndpointStatus() const {
+    if (port_ <= 0) return nullptr;
+    auto r = endpoint_net::HttpCall({"127.0.0.1", port_}, "GET", "/status", nullptr,
+                                    std::chrono::seconds(10));
+    if (!r.ok() || r->status != 200) return nullptr;
+    try {
+      return json::parse(r->body.view());
+    } catch (...) {
+      return nullptr;
+    }
+  }
+
+  // SIGTERM, newest first (the endpoint before the relay), then reaped.
+  void Stop() {
+    for (auto it = pids_.rbegin(); it != pids_.rend(); ++it) {
+      ::kill(*it, SIGTERM);
+      const auto until = Clock::now() + std::chrono::seconds(5);
+      while (!Exited(*it) && Clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (!Exited(*it)) ::kill(*it, SIGKILL);
+      int st = 0;
+      ::waitpid(*it, &st, 0);
+    }
+    pids_.clear();
+  }
+
+ private:
+  // This binary with `args`; stdout and stderr shared with this peer (its log).
+  Result<pid_t> Spawn(std::vector<std::string> args) {
+    args.insert(args.begin(), "/proc/self/exe");
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    const int rc = ::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
+    if (rc != 0) return Internal(std::string("posix_spawn: ") + std::strerror(rc));
+    pids_.push_back(pid);
+    return pid;
+  }
+
+  std::vector<pid_t> pids_;
+  int port_ = 0;
+};
+
 }  // namespace
 
 int RunP2pPeer(const std::string& spec_text) {
@@ -349,13 +474,26 @@ int RunP2pPeer(const std::string& spec_text) {
   o.address = spec.address;
   o.backend = spec.options;
   o.connect_timeout = std::chrono::seconds(120);
-  auto t = TransportRegistry::Global().Create(spec.transport, o);
-  Status s = t.ok() ? (*t)->Start() : t.status();
   auto log = [&](const std::string& what) {
     std::fprintf(stderr, "[%8.3f s] %s rank %d: %s\n",
                  std::chrono::duration<double>(Clock::now() - t_start).count(), spec.role.c_str(),
                  spec.rank, what.c_str());
   };
+  // An endpoint row: this peer's endpoint (and the sender's relay) first,
+  // in this site, before the transport that puts objects into it.
+  EndpointHelpers helpers;
+  Status helpers_up;
+  if (!spec.endpoint.empty()) {
+    std::string store_address;
+    helpers_up = helpers.Start(spec, &store_address);
+    if (helpers_up.ok()) o.backend["store.address"] = store_address;
+    log("endpoint (" + spec.endpoint + ", relay " + spec.relay + ") at " + store_address + ": " +
+        helpers_up.ToString());
+  }
+  Result<std::unique_ptr<Transport>> t = helpers_up.ok()
+                                             ? TransportRegistry::Global().Create(spec.transport, o)
+                                             : Result<std::unique_ptr<Transport>>(helpers_up);
+  Status s = t.ok() ? (*t)->Start() : t.status();
   log("transport " + spec.transport + " started at " + spec.address + ": " + s.ToString());
   json result;
   if (s.ok()) {
@@ -373,6 +511,20 @@ int RunP2pPeer(const std::string& spec_text) {
   log("measurements done: " + s.ToString());
   if (t.ok()) (*t)->Stop();
   log("transport stopped");
+  if (!spec.endpoint.empty()) {
+    // Which paths this peer's endpoint took, and what it still holds.
+    json status = helpers.EndpointStatus();
+    log("endpoint status " + status.dump());
+    if (spec.role == "sender") {
+      result["endpoint_status"] = status;
+    } else {
+      // For the coordinator (EndpointStatusFile): the receiver's endpoint
+      // made the remote calls, so its counters say which path they took.
+      std::ofstream out(EndpointStatusFile(spec.result, spec.rank));
+      out << status.dump() << "\n";
+    }
+    helpers.Stop();
+  }
   if (spec.role == "sender") {
     result["ok"] = s.ok();
     result["error"] = s.ok() ? "" : s.ToString();

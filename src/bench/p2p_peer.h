@@ -31,9 +31,19 @@ struct PeerSpec {
   bool serializes = true;
   double timeout_s = 600;  // per wait for one batch of acks
   std::string result;
+  // Endpoint rows (BackendSpec::endpoint): "direct" or "relayed", the
+  // relay's HOST:PORT (in the server site; the sender starts it) and its
+  // self-signed pair (the certificate is every endpoint's --relay-ca).
+  std::string endpoint;
+  std::string relay;
+  std::string relay_cert, relay_key;
 };
 
 nlohmann::json ToJson(const PeerSpec& s);
+
+// Where receiver `rank` of an endpoint row leaves its endpoint's final
+// /status JSON: next to the sender's result file.
+std::string EndpointStatusFile(const std::string& result, int rank);
 PeerSpec PeerSpecFromJson(const nlohmann::json& j);
 
 inline std::chrono::milliseconds Seconds(double s) {

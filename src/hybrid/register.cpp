@@ -155,6 +155,13 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
       keepalive = std::move(server);
     }
   } else {
+    // Every party of "<base>+endpoint" talks to its own site's endpoint:
+    // without one it has nowhere to put its objects nor to fetch others' from.
+    if (connector_type == "endpoint" && store.options.count("address") == 0) {
+      return InvalidArgument(base + "+endpoint needs store.address=HOST:PORT, the local API of " +
+                             "this party's own endpoint (`xsilo endpoint start`, " +
+                             "docs/endpoint.md)");
+    }
     XSILO_ASSIGN_OR_RETURN(std::unique_ptr<Connector> c, MakeConnector(store));
     connector = std::move(c);
   }

@@ -70,6 +70,26 @@ assert sum(lat) >= 300 or len(lat) == 2000, (len(lat), sum(lat))
 assert len(lat) == 2 or sum(lat[:-1]) < 300, "sent on after reaching the time"
 print("bench_p2p_smoke --min-seconds: %d sends, %.0f ms" % (len(lat), sum(lat)))
 PY
+# The endpoint rows: every peer's own endpoint, the sender's relay; the
+# receiver's endpoint reached the sender's directly or through the relay,
+# and neither holds an object at the end (medium: above the 10 MiB threshold).
+"$XSILO" bench p2p --envs lan --tiers medium --backends grpc+endpoint,grpc+endpoint-relayed \
+  --repeats 1 --link-seconds 0 --broadcast-peers 0 --dispatch-envs none --no-concurrency \
+  --out "$OUT/endpoint"
+python3 - "$OUT/endpoint" <<'PY'
+import json, os, sys
+r = json.load(open(os.path.join(sys.argv[1], "p2p.json")))
+runs = r["runs"]
+assert [x["backend"] for x in runs] == ["grpc+endpoint", "grpc+endpoint-relayed"], runs
+for x, path, other in zip(runs, ["direct", "relayed"], ["relayed", "direct"]):
+    assert "error" not in x, x
+    assert x["endpoint"] == path and len(x["latency_ms"]) == 1, x
+    st = x["endpoint_status"]
+    assert st["sender"]["objects"] == 0 and st["receiver1"]["objects"] == 0, st
+    # warm-up and one timed send, each one remote GET
+    assert st["receiver1"]["served"][path] == 2 and st["receiver1"]["served"][other] == 0, st
+print("bench_p2p_smoke endpoint rows: ok")
+PY
 # Unknown backends and malformed --skip cells are refused before anything runs.
 for cell in lan:huge lann:small lan:small:nope lan; do
   if "$XSILO" bench p2p --envs lan --skip "$cell" --out "$OUT/y" 2>"$OUT/skip.err"; then

@@ -17,7 +17,7 @@ namespace xsilo::bench {
 // Every backend the study knows, in its order.
 inline constexpr const char* kP2pBackends =
     "grpc,grpc-s4,grpc-unary,grpc+s3,auto+s3,mpi-generic,mpi-buffer,tensorpipe,grpc-tls,"
-    "grpc+s3-tls";
+    "grpc+s3-tls,grpc+endpoint,grpc+endpoint-relayed";
 
 // Most timed sends of one latency point that --min-seconds asks for.
 inline constexpr int kP2pMaxTimedSends = 2000;
