@@ -49,6 +49,7 @@ struct Federation {
       endpoint::EndpointOptions o;
       o.relay = "127.0.0.1:" + std::to_string(relay->port());
       o.relay_ca = ca;
+      o.punch = false;  // on one machine a punched path always works: these are the relay's cases
       if (i == 0 && server_reachable) o.peer_listen = "127.0.0.1:0";
       ep[i] = StartEndpoint(o);
     }
