@@ -223,14 +223,23 @@ std::string Relay::Handle(const std::string& line, const std::shared_ptr<TlsStre
     std::string token = RandomSecret();
     {
       std::lock_guard<std::mutex> lock(mu_);
+      // Pipes that neither side joined before their deadline go now (one
+      // that a leg joined is removed by that leg's thread).
+      const auto now = std::chrono::steady_clock::now();
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        const Pipe& q = *it->second;
+        it = q.deadline < now && q.requester == -1 && q.owner == -1 ? pending_.erase(it)
+                                                                    : std::next(it);
+      }
       auto p = std::make_shared<Pipe>();
-      p->deadline = std::chrono::steady_clock::now() + o_.pair_timeout;
+      p->deadline = now + o_.pair_timeout;
       pending_[token] = p;
     }
     std::lock_guard<std::mutex> w(*to.write_mu);
     if (!to.control->WriteLine("SERVE " + token).ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       pending_.erase(token);
+      DropRegistration(a, to.control);
       return "ERR Unavailable endpoint " + a + " lost its connection to the relay";
     }
     return "PIPE " + token;
@@ -253,6 +262,7 @@ std::string Relay::Handle(const std::string& line, const std::shared_ptr<TlsStre
       told = to.control->WriteLine("PUNCH " + b + " " + desc);
     }
     std::unique_lock<std::mutex> lock(mu_);
+    if (!told.ok()) DropRegistration(a, to.control);
     if (told.ok()) {
       cv_.wait_for(lock, o_.pair_timeout, [&] { return stopping_ || w->answered; });
     }
@@ -269,11 +279,18 @@ std::string Relay::Handle(const std::string& line, const std::shared_ptr<TlsStre
     }
     std::lock_guard<std::mutex> w(*to.write_mu);
     if (!to.control->WriteLine("DIAL " + b + " " + from_addrs).ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      DropRegistration(a, to.control);
       return "ERR Unavailable endpoint " + a + " lost its connection to the relay";
     }
     return "DIALING " + b;
   }
   return "ERR InvalidArgument unknown request " + verb;
+}
+
+void Relay::DropRegistration(const std::string& uuid, const std::shared_ptr<TlsStream>& control) {
+  auto it = registry_.find(uuid);
+  if (it != registry_.end() && it->second.control == control) registry_.erase(it);
 }
 
 void Relay::ServeJoin(int fd) {

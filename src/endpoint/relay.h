@@ -88,6 +88,9 @@ class Relay {
   void ServeJoin(int fd);
   void Pump(Pipe& pipe, int from, int to, bool to_requester);
   std::string Handle(const std::string& line, const std::shared_ptr<TlsStream>& s, bool* keep);
+  // A registration whose session broke (a write to it failed) is removed,
+  // unless the endpoint registered again since. Called with mu_ held.
+  void DropRegistration(const std::string& uuid, const std::shared_ptr<TlsStream>& control);
   void Track(int fd);
   void Untrack(int fd);
 
