@@ -30,6 +30,11 @@ import threading
 
 from lazy_object_proxy.cext import Proxy as _LazyProxy
 
+try:  # the same type with a direct attribute read once resolved (fastproxy.cpp)
+    from xsilo._fastproxy import FastProxy as _ProxyBase
+except ImportError:  # pragma: no cover - built without it
+    _ProxyBase = _LazyProxy
+
 
 class ProxyResolveError(RuntimeError):
     """A proxy's factory failed; the cause is chained."""
@@ -88,7 +93,7 @@ class SimpleFactory(Factory):
         return SimpleFactory, (self.fn,)
 
 
-class Proxy(_LazyProxy):
+class Proxy(_ProxyBase):
     """A lazy, transparent reference: resolves its factory on first use."""
 
     __slots__ = ()

@@ -187,6 +187,44 @@ def test_helpers_and_locker(store):
     assert ps.get_key([1]) is None
 
 
+def test_resolved_proxy_reads_the_target_directly_and_keeps_its_own_names():
+    """The fast attribute read (python/src/fastproxy.cpp) is the proxy type
+    in this build, and it changes no meaning: the target's attributes,
+    methods and class attributes, the proxy's own names (__wrapped__,
+    __class__, __reduce__, its factory), attributes set through the proxy,
+    and an unresolved proxy that resolves on its first read."""
+    from xsilo import _fastproxy
+    from xsilo.proxy import Proxy
+
+    assert Proxy.__mro__[1] is _fastproxy.FastProxy
+
+    class Target:
+        kind = "class attribute"
+
+        def __init__(self):
+            self.x = 5
+
+        def twice(self):
+            return 2 * self.x
+
+    calls = []
+
+    def make():
+        calls.append(1)
+        return Target()
+
+    p = Proxy(make)
+    assert not ps.is_resolved(p)
+    assert p.x == 5 and calls == [1]  # the first read resolves, once
+    assert p.twice() == 10 and p.kind == "class attribute" and calls == [1]
+    assert p.__class__ is Target and isinstance(p, Target)
+    assert type(p.__wrapped__) is Target and p.__reduce__()[0].__name__ == "_rebuild_proxy"
+    p.y = 7
+    assert p.y == 7 and ps.extract(p).y == 7
+    with pytest.raises(AttributeError):
+        p.missing  # noqa: B018
+
+
 def test_store_api(store):
     k = store.put({"x": 1})
     assert store.get(k) == {"x": 1} and store.is_cached(k)
