@@ -72,6 +72,10 @@ struct EndpointOptions {
   // How long the ICE checks and the stream's handshake may take before the
   // call falls back to the relay's pipe.
   std::chrono::milliseconds punch_timeout{5000};
+  // Peer sessions served at once (each is a thread: accepted, relayed,
+  // dialled back or punched); past it a new one is refused (its socket
+  // closed, or the relay's request to serve ignored).
+  int max_sessions = 256;
   // Test hook: a peer GET calls it after each chunk it sent (may block).
   std::function<void(uint64_t sent)> on_peer_send;
 };

@@ -99,7 +99,7 @@ Result<PeerReply> Session(TlsStream& s, const std::string& method, const std::st
 
 bool Endpoint::RunSession(std::function<void()> fn) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) return false;
+  if (stopping_ || sessions_ >= o_.max_sessions) return false;
   ++sessions_;
   std::thread([this, fn = std::move(fn)] {
     fn();

@@ -100,6 +100,11 @@ void Relay::AcceptLoop() {
     }
     endpoint_net::SetIoTimeout(fd, o_.io_timeout);
     std::lock_guard<std::mutex> lock(mu_);
+    if (threads_ >= o_.max_connections) {  // a flood: refuse rather than run out of threads
+      ++refused_;
+      ::close(fd);
+      continue;
+    }
     ++threads_;
     std::thread([this, fd] {
       Serve(fd);

@@ -49,6 +49,9 @@ struct RelayOptions {
   // register. Empty: any certificate may (an open relay, which vouches for
   // whoever reaches it; `xsilo relay` asks for --admit or --open).
   std::set<std::string> admit;
+  // Connections served at once (each is a thread: control requests, pipe
+  // legs); one more is closed as soon as it is accepted.
+  int max_connections = 1024;
   // Test hook, called by the owner->requester pump after each forwarded
   // window with the bytes forwarded so far (it may block).
   std::function<void(uint64_t forwarded)> on_pipe_progress;
@@ -66,6 +69,11 @@ class Relay {
   const std::string& fingerprint() const { return identity_->fingerprint(); }
   bool registered(const std::string& uuid) const;
   uint64_t pipes_opened() const { return pipes_opened_; }
+  // Connections closed at accept because max_connections were being served.
+  uint64_t refused() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return refused_;
+  }
 
  private:
   struct Registration {
@@ -106,6 +114,7 @@ class Relay {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   int threads_ = 0;
+  uint64_t refused_ = 0;
   std::set<int> fds_;
   std::map<std::string, Registration> registry_;
   std::map<std::string, std::shared_ptr<Pipe>> pending_;

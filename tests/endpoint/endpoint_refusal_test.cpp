@@ -2,6 +2,9 @@
 // peer API needs a ticket the relay signed with B's secret, for B, unexpired,
 // and issued to the certificate the session's client presents.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+
+#include <thread>
 
 #include "endpoint/endpoint_test_util.h"
 #include "endpoint/ticket.h"
@@ -160,6 +163,43 @@ TEST(EndpointRefusal, AnAdmittingRelayRegistersOnlyTheCertificatesItWasGiven) {
   EXPECT_FALSE(relay->registered("stranger-uuid"));
   EXPECT_EQ(reply_to(admitted_dir, "admitted-uuid").rfind("OK ", 0), 0u);
   EXPECT_TRUE(relay->registered("admitted-uuid"));
+}
+
+// A flood of connections cannot exhaust the relay's threads: past
+// max_connections a connection is closed as soon as it is accepted, and one
+// is served again once a slot is free.
+TEST(EndpointRefusal, TheRelayRefusesConnectionsPastItsBound) {
+  endpoint::RelayOptions ro;
+  ro.max_connections = 1;
+  std::string ca;
+  auto relay = StartRelay(ro, &ca);
+  ASSERT_TRUE(relay);
+  const endpoint_net::HostPort at{"127.0.0.1", relay->port()};
+  auto idle = endpoint_net::ConnectTcp(at, std::chrono::seconds(5), std::chrono::seconds(30));
+  ASSERT_TRUE(idle.ok());
+  ASSERT_EQ(::send(*idle, "J", 1, MSG_NOSIGNAL), 1);  // its thread now waits for the rest
+  auto extra = endpoint_net::ConnectTcp(at, std::chrono::seconds(5), std::chrono::seconds(30));
+  ASSERT_TRUE(extra.ok());
+  char c = 0;
+  EXPECT_EQ(::recv(*extra, &c, 1, 0), 0) << "the connection past the bound is closed";
+  EXPECT_EQ(relay->refused(), 1u);
+  int fd = *idle;
+  endpoint_net::CloseFd(fd);
+  fd = *extra;
+  endpoint_net::CloseFd(fd);
+  // The slot is free once the idle connection's thread saw it close.
+  endpoint::EndpointOptions o;
+  o.relay = "127.0.0.1:" + std::to_string(relay->port());
+  o.relay_ca = ca;
+  auto e = StartEndpoint(o);
+  ASSERT_TRUE(e);
+  // Its first try may still meet the bound (the idle connection's thread
+  // may not have ended yet); it registers on a retry.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!e->registered() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(e->registered());
 }
 
 }  // namespace

@@ -54,6 +54,9 @@ void AddEndpointCommand(CLI::App& app) {
       ->add_option("--punch-timeout-ms", args->punch_timeout_ms,
                    "ICE checks of a hole-punched path before falling back to the relay's pipe")
       ->capture_default_str();
+  start->add_option("--max-sessions", o.max_sessions, "peer sessions served at once")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   start->add_flag("--no-punch", args->no_punch,
                   "never try a hole-punched UDP path (the relay's pipe when no side can dial)");
   start->add_option("--port-file", args->port_file, "write the local API's port to this file");

@@ -36,6 +36,10 @@ void AddRelayCommand(CLI::App& app) {
   cmd->add_option("--window-bytes", o->window_bytes,
                   "buffer per direction of a relayed session (all the memory one holds)")
       ->capture_default_str();
+  cmd->add_option("--max-connections", o->max_connections,
+                  "connections served at once; more are closed when accepted")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->callback([o, self_signed, ttl_s, admit_file, open] {
     if (admit_file->empty() == !*open) {
       std::cerr << "relay: give --admit FILE (the endpoints that may register) or --open\n";
