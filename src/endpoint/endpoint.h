@@ -151,6 +151,9 @@ class Endpoint {
   // relay, to dial this endpoint's peer listener; the accepted socket, or
   // Unavailable when none came in time.
   Result<int> AwaitDialBack(const std::string& owner);
+  // A TCP connection to the first of `addrs` ("host:port,host:port") that
+  // accepts one within connect_timeout; Unavailable when none does.
+  Result<int> DialFirst(const std::string& addrs) const;
   // A peer-listener connection that starts with "DIALED <token>\n" instead
   // of a TLS record: handed to the AwaitDialBack waiting for the token.
   void HandDialBack(int fd);

@@ -278,6 +278,18 @@ Result<int> Endpoint::AwaitDialBack(const std::string& owner) {
   return fd;
 }
 
+Result<int> Endpoint::DialFirst(const std::string& addrs) const {
+  std::istringstream list(addrs);
+  std::string a;
+  while (std::getline(list, a, ',')) {
+    auto hp = endpoint_net::ParseHostPort(a);
+    if (!hp.ok()) continue;
+    auto fd = endpoint_net::ConnectTcp(*hp, o_.connect_timeout, o_.io_timeout);
+    if (fd.ok()) return fd;
+  }
+  return Unavailable("no address of " + addrs + " accepted a connection");
+}
+
 bool Endpoint::RecentlyFailed(const std::string& owner, Path path) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = failed_paths_.find({owner, path});
@@ -322,14 +334,8 @@ Result<PeerReply> Endpoint::CallPeer(const std::string& owner, const std::string
 
   // Direct: the first advertised address that accepts a connection.
   if (addrs != "-" && !RecentlyFailed(owner, Path::kDirect)) {
-    std::istringstream list(addrs);
-    std::string a;
-    while (std::getline(list, a, ',')) {
-      auto hp = endpoint_net::ParseHostPort(a);
-      if (!hp.ok()) continue;
-      auto fd = endpoint_net::ConnectTcp(*hp, o_.connect_timeout, o_.io_timeout);
-      if (fd.ok()) return pinned(*fd, Path::kDirect);
-    }
+    auto fd = DialFirst(addrs);
+    if (fd.ok()) return pinned(*fd, Path::kDirect);
     NoteFailed(owner, Path::kDirect);
   }
   // Reverse: the owner cannot be dialled, but it can dial us.

@@ -7,9 +7,11 @@
 // socketpair, so the TLS session runs on a file descriptor exactly as on
 // the direct and relayed paths.
 //
-// Threads (per path): one runs the GLib main loop of the ICE agent; once
-// connected, two pump the bytes between the socketpair and the stream.
-// They end, and the agent is freed, when both directions have finished.
+// Threads (per path): one runs the GLib main loop of the ICE agent, whose
+// receive callback writes the peer's bytes into the socketpair; once
+// connected, one more pumps the local side's bytes onto the stream. The
+// loop ends, and the agent is freed, once the local side finished and the
+// peer went silent (punch.cpp, Link::OnTick).
 #pragma once
 
 #include <chrono>

@@ -101,14 +101,8 @@ void Endpoint::ServeRelayed(const std::string& token) {
 }
 
 void Endpoint::ServeDialBack(const std::string& token, const std::string& addrs) {
-  std::istringstream list(addrs);
-  std::string a;
-  while (std::getline(list, a, ',')) {
-    auto hp = endpoint_net::ParseHostPort(a);
-    if (!hp.ok()) continue;
-    auto fd = endpoint_net::ConnectTcp(*hp, o_.connect_timeout, o_.io_timeout);
-    if (fd.ok()) return ServeDialled(*fd, "DIALED " + token + "\n");
-  }
+  auto fd = DialFirst(addrs);
+  if (fd.ok()) ServeDialled(*fd, "DIALED " + token + "\n");
 }
 
 PunchOptions Endpoint::PunchOptionsFor(bool controlling) const {
