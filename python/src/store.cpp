@@ -163,6 +163,34 @@ void RegisterStore(py::module_& m) {
              Key k = KeyArg(key);
              Unlocked([&] { return s.get().Evict(k); });
            })
+      .def("new_key",
+           [](PyStore& s) { return Unlocked([&] { return s.get().NewKey(); }).ToJson(); })
+      .def("set_bytes",
+           [](PyStore& s, const std::string& key, const py::object& obj) {
+             Key k = KeyArg(key);
+             Buffer b = BytesIn(obj);
+             Unlocked([&] { return s.get().Set(k, b); });
+           })
+      .def("set_tensors",
+           [](PyStore& s, const std::string& key, const py::dict& tensors) {
+             Key k = KeyArg(key);
+             TensorMap t = TensorsFromPython(tensors);
+             Unlocked([&] { return s.get().Set(k, t); });
+           })
+      // True once the key exists, False when timeout_ms passed first; waits
+      // by notification where the connector has one (redis), else polls.
+      .def("wait",
+           [](PyStore& s, const std::string& key, int64_t timeout_ms) {
+             Key k = KeyArg(key);
+             Status st = [&] {
+               py::gil_scoped_release release;
+               return s.get().WaitForKey(
+                   k, std::chrono::milliseconds(std::max<int64_t>(0, timeout_ms)));
+             }();
+             if (st.code() == StatusCode::kTimeout) return false;
+             Check(st);
+             return true;
+           })
       .def("proxy_bytes", [](PyStore& s, const py::object& obj,
                              bool evict) { return ProxyOf(s, BytesIn(obj), evict); })
       .def("proxy_tensors",

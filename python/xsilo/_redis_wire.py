@@ -19,6 +19,7 @@ import json
 import os
 import socket
 import threading
+import time
 import uuid
 
 
@@ -28,6 +29,7 @@ class RedisWireError(RuntimeError):
 
 _CRLF = b"\r\n"
 _INLINE = 1 << 16  # arguments up to this size are copied into the command buffer
+_SIGNAL_TTL = 24 * 3600  # seconds a future's signal list lives (the engine's kSignalTtlSeconds)
 
 
 class _Conn:
@@ -100,6 +102,9 @@ class _Conn:
             raise RedisWireError(rest.decode(errors="replace"))
         if t == b":":
             return int(rest)
+        if t == b"*":  # an array (BLPOP's key and value); *-1 is nil
+            n = int(rest)
+            return None if n < 0 else [self.reply() for _ in range(n)]
         if t == b"$":
             n = int(rest)
             if n < 0:
@@ -172,6 +177,9 @@ class RedisWire:
     def _meta(self, id_):
         return f"{self.prefix}:{id_}".encode()
 
+    def _signal(self, id_):
+        return f"{self.prefix}:{id_}:signal".encode()
+
     def _part(self, id_, i):
         return f"{self.prefix}:{id_}:{i}".encode()
 
@@ -184,9 +192,58 @@ class RedisWire:
 
     def put(self, segments):
         """Stores the concatenation of segments (buffers); returns the key."""
+        id_ = uuid.uuid4().hex
+        size = self._write(id_, segments, [])
+        return json.dumps({"c": "redis", "id": id_, "size": size}, separators=(",", ":"))
+
+    def new_key(self):
+        """A deferred key (size 0 until set), as the engine's NewKey."""
+        return json.dumps({"c": "redis", "id": uuid.uuid4().hex, "size": 0},
+                          separators=(",", ":"))
+
+    def set(self, key, segments):
+        """Writes the object under a deferred key and wakes its waiters: one
+        push onto the signal list "<prefix>:<id>:signal", which is what the
+        engine's waiters block on (src/store/future/notifier.cpp)."""
+        id_ = self._id(key)
+        signal = self._signal(id_)
+        self._write(id_, segments, [[b"RPUSH", signal, b"1"],
+                                    [b"EXPIRE", signal, str(_SIGNAL_TTL).encode()]])
+
+    def wait(self, key, timeout):
+        """True once the key exists, False when timeout seconds passed first.
+        Blocks on the signal list (BLPOP, pushed back for the other waiters)
+        and re-checks the key at least every second, so a value written
+        without a signal is seen too."""
+        id_ = self._id(key)
+        deadline = time.monotonic() + max(0.0, timeout)
+
+        def go(c):
+            while True:
+                c.send([[b"EXISTS", self._meta(id_)]])
+                if c.reply() == 1:
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                block = min(1.0, max(remaining, 0.001))
+                c.sock.settimeout(block + self.timeout)
+                c.send([[b"BLPOP", self._signal(id_), b"%.3f" % block]])
+                popped = c.reply()
+                c.sock.settimeout(self.timeout)
+                if popped is not None:
+                    c.send([[b"RPUSH", self._signal(id_), b"1"],
+                            [b"EXPIRE", self._signal(id_), str(_SIGNAL_TTL).encode()]])
+                    c.reply()
+                    c.reply()
+
+        return self._run(go)
+
+    def _write(self, id_, segments, after):
+        """The parts, then the commit record, then the commands in after, in
+        one pipelined round trip; returns the size."""
         segs = [memoryview(s).cast("B") for s in segments]
         size = sum(len(s) for s in segs)
-        id_ = uuid.uuid4().hex
         parts = (size + self.part_bytes - 1) // self.part_bytes
         commands = []
         seg, off = 0, 0
@@ -203,6 +260,7 @@ class RedisWire:
                 remaining -= n
                 first = False
         commands.append([b"SET", self._meta(id_), f"{size} {parts}".encode()])
+        commands += after
 
         def go(c):
             c.send(commands)
@@ -210,7 +268,7 @@ class RedisWire:
                 c.reply()
 
         self._run(go)
-        return json.dumps({"c": "redis", "id": id_, "size": size}, separators=(",", ":"))
+        return size
 
     def get(self, key):
         """The object's bytes (a writable numpy uint8 array), or None."""
@@ -218,6 +276,15 @@ class RedisWire:
         if k.get("c") != "redis" or not isinstance(k.get("id"), str):
             raise ValueError(f"not a redis key: {key!r}")
         id_, size = k["id"], int(k.get("size", 0))
+        if size == 0:  # a deferred key (a future's) names no size: the commit record has it
+            def meta(c):
+                c.send([[b"GET", self._meta(id_)]])
+                return c.reply()
+
+            m = self._run(meta)
+            if m is None:
+                return None
+            size = int(m.split()[0])
         out = _empty(size)  # the whole object, read in place part by part
 
         def into(pos):
@@ -277,7 +344,7 @@ class RedisWire:
             meta = c.reply()
             parts = int(meta.split()[1]) if meta else 0
             cmds = [[b"DEL", self._meta(id_)]] + [[b"DEL", self._part(id_, i)] for i in
-                                                   range(parts)]
+                                                   range(parts)] + [[b"DEL", self._signal(id_)]]
             c.send(cmds)
             for _ in cmds:
                 c.reply()

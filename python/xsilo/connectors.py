@@ -102,6 +102,14 @@ class NativeConnector(Connector):
     def evict(self, key):
         self._native().evict(key)
 
+    def new_key(self):
+        """A deferred key, filled later with set (the engine's NewKey)."""
+        return self._native().new_key()
+
+    def set(self, key, data):
+        """Writes data under a deferred key and wakes its waiters (redis)."""
+        self._native().set_bytes(key, memoryview(data))
+
     def config(self):
         return dict(self._options)
 

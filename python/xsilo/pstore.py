@@ -248,6 +248,44 @@ class Store:
             return self._native.put_tensors(_ser.parts(stream, buffers))
         return self.connector.put(_ser.pack(stream, buffers))
 
+    def _set_one(self, key, obj, serializer):
+        """Writes obj under a deferred key (a future's) and wakes its waiters."""
+        serializer = serializer or self.serializer
+        if serializer is not None:
+            data = serializer(obj)
+            if self._wire is not None:
+                return self._wire.set(key, [data])
+            if self._native is not None:
+                return self._native.set_bytes(key, memoryview(data))
+            return self.connector.set(key, data)
+        stream, buffers = _ser.dumps(obj)
+        if self._wire is not None:
+            return self._wire.set(key, _ser.pack_segments(stream, buffers))
+        if self._native is not None:
+            if not buffers:
+                return self._native.set_bytes(key, memoryview(_ser.pack(stream, ())))
+            return self._native.set_tensors(key, _ser.parts(stream, buffers))
+        return self.connector.set(key, _ser.pack(stream, buffers))
+
+    def _wait(self, key, timeout, first_poll=0.001):
+        """True once key exists, False after timeout seconds. The engine and
+        the Redis path wait on the setter's notification (redis) or poll;
+        a Python connector is polled, 1 ms doubling to 500 ms."""
+        self._check()
+        if self._wire is not None:
+            return self._wire.wait(key, timeout)
+        if self._native is not None:
+            return self._native.wait(key, int(timeout * 1000))
+        deadline = time.monotonic() + timeout
+        wait = first_poll
+        while not self.connector.exists(key):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(wait, remaining))
+            wait = min(wait * 2, 0.5)
+        return True
+
     def _get_one(self, key, deserializer):
         deserializer = deserializer or self.deserializer
         if self._wire is not None:
@@ -382,14 +420,21 @@ class Store:
     def future(self, serializer=None, deserializer=None, polling_interval=0.001):
         """A Future whose value is set later (possibly in another process).
 
-        Needs a connector with deferred keys (new_key / set), e.g. a
-        connector written in Python such as LocalConnector."""
+        Over the native connectors the key is the engine's deferred key
+        (NewKey): a Redis waiter wakes on the setter's signal, the others
+        poll with backoff. A connector written in Python needs new_key and
+        set (LocalConnector has them); polling_interval is its first wait."""
         self._check()
-        if self._native is not None or self._wire is not None:
-            raise NotImplementedError(
-                "store.future() needs deferred keys, which the Python bindings of the "
-                "native connectors do not expose yet; use a connector with new_key/set")
-        key = self.connector.new_key()
+        if self._wire is not None:
+            key = self._wire.new_key()
+        elif self._native is not None:
+            key = self._native.new_key()
+        else:
+            if not hasattr(self.connector, "new_key") or not hasattr(self.connector, "set"):
+                raise NotImplementedError(
+                    f"store.future() needs deferred keys: {type(self.connector).__name__} "
+                    "has no new_key/set")
+            key = self.connector.new_key()
         return Future(key, self.config(), serializer, deserializer, polling_interval)
 
     def close(self, clear=False):
@@ -569,11 +614,10 @@ def update(proxy):
         raise ReferenceNotOwnedError("update() takes a RefMutProxy")
     f = proxy.__factory__
     store = f.get_store()
-    if store._native is not None:
-        raise NotImplementedError("update() needs deferred keys (see Store.future)")
-    store.connector.set(f.key, _ser.serialize(proxy.__wrapped__))
+    store._check()
     with store._cache_lock:
         store._cache.pop(f.key, None)
+    store._set_one(f.key, proxy.__wrapped__, None)
 
 
 # -- lifetimes --------------------------------------------------------------
@@ -699,22 +743,32 @@ class Future:
         return self._store().exists(self.key)
 
     def set_result(self, obj):
+        """Sets the value (a second call overwrites it) and wakes the waiters."""
         s = self._store()
         s._check()
-        data = self.serializer(obj) if self.serializer else _ser.serialize(obj)
-        s.connector.set(self.key, data)
+        with s._cache_lock:
+            s._cache.pop(self.key, None)
+        s._set_one(self.key, obj, self.serializer)
 
     def result(self, timeout=None):
-        """The value; TimeoutError when it is not set within timeout seconds."""
+        """The value; TimeoutError when it is not set within timeout seconds
+        (None: wait for ever, in slices of a second so that signals such as
+        KeyboardInterrupt are handled)."""
         s = self._store()
+        if timeout is not None and timeout < 0:
+            raise ValueError("timeout must be >= 0 or None")
         deadline = None if timeout is None else time.monotonic() + timeout
-        wait = self.polling_interval
-        while not s.exists(self.key):
+        while True:
+            slice_ = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.monotonic()))
+            if s._wait(self.key, slice_, self.polling_interval):
+                break
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"future {self.key!r} not set within {timeout}s")
-            time.sleep(wait)
-            wait = min(wait * 2, 0.5)
-        return s.get(self.key, self.deserializer)
+        obj = s.get(self.key, self.deserializer, default=_MISSING)
+        if obj is _MISSING:
+            raise ProxyResolveMissingKeyError(
+                f"future {self.key!r} was set but its object is gone from store {s.name!r}")
+        return obj
 
     def proxy(self, timeout=None):
         """A Proxy that waits for the value when it resolves."""

@@ -109,8 +109,24 @@ def resolve_pickled(path):
     print(float(numpy.sum(p["a"])), p["name"], len(p))
 
 
+def set_pickled_future(path):
+    """Loads a pickled future from path in a fresh process and sets it to
+    an array of 1 << 20 twos (8 MB)."""
+    import pickle
+
+    import numpy
+
+    with open(path, "rb") as f:
+        fut = pickle.load(f)
+    fut.set_result({"a": numpy.full(1 << 20, 2.0), "from": os.getpid()})
+    print("set")
+
+
 if __name__ == "__main__":
     import sys
 
-    resolve_pickled(sys.argv[1])
+    if sys.argv[1] == "set-future":
+        set_pickled_future(sys.argv[2])
+    else:
+        resolve_pickled(sys.argv[1])
     os._exit(0)

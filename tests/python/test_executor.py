@@ -1,6 +1,7 @@
 """StoreExecutor over thread and process pools: large arguments and results
 travel as proxies, and every input is evicted when its task has finished."""
 
+import json
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -64,3 +65,26 @@ def test_policies():
     assert ps.ProxySize(10)(b"x" * 10) and not ps.ProxySize(11)(b"x" * 10)
     assert ps.ProxySize(800)(numpy.zeros(100)) and ps.ProxyType(dict)({})
     assert not ps.ProxyNever()(b"x" * 10**6) and ps.ProxyAlways()(1)
+
+
+def test_forked_workers_draw_their_own_object_ids(store):
+    # The engine's id generator is per thread; a forked child reseeds it, so
+    # children forked from one thread never put under the same key (before
+    # the reseed, both children here drew the parent's next id).
+    store.put(numpy.ones(4))  # the parent's generator is seeded and used
+    keys = []
+    for _ in range(2):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: one put, its key to the parent, no cleanup
+            os.close(r)
+            try:
+                os.write(w, store.put(numpy.zeros(4)).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            keys.append(f.read().decode())
+        assert os.waitpid(pid, 0)[1] == 0
+    keys.append(store.put(numpy.ones(4)))
+    assert len({json.loads(k)["id"] for k in keys}) == 3, keys

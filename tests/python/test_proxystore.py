@@ -385,6 +385,63 @@ def test_future_over_a_python_connector():
         s.close()
 
 
+def _connector(kind, tmp_path, redis_port):
+    if kind == "file":
+        return ps.FileConnector(str(tmp_path / "objects"))
+    if kind == "redis-engine":
+        return ps.RedisConnector("127.0.0.1", redis_port, wire=False, prefix=tmp_path.name)
+    return ps.RedisConnector("127.0.0.1", redis_port, prefix=tmp_path.name)
+
+
+@pytest.mark.parametrize("kind", ["file", "redis-engine", "redis-wire"])
+def test_future_over_native_connectors_set_in_another_process(kind, tmp_path, redis_port):
+    s = ps.Store(f"fut-{kind}-{tmp_path.name}", _connector(kind, tmp_path, redis_port),
+                 register=True)
+    try:
+        f = s.future()
+        assert json.loads(f.key)["size"] == 0  # the engine's deferred key
+        assert not f.done()
+        with pytest.raises(TimeoutError, match="not set within"):
+            f.result(timeout=0)
+        with pytest.raises(TimeoutError):
+            f.result(timeout=0.05)
+        # A waiter blocks in its own thread before the value exists.
+        got = {}
+        waiter = threading.Thread(target=lambda: got.update(v=f.result(timeout=300)))
+        waiter.start()
+        p = f.proxy(timeout=300)
+        path = tmp_path / "future.pkl"
+        blob = pickle.dumps(f)
+        assert len(blob) < 1024
+        path.write_bytes(blob)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [HERE, env.get("PYTHONPATH")]))
+        out = subprocess.run([sys.executable, os.path.join(HERE, "ps_util.py"), "set-future",
+                              str(path)], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        waiter.join(300)
+        assert not waiter.is_alive()
+        assert got["v"]["from"] != os.getpid() and float(numpy.sum(got["v"]["a"])) == 2 << 20
+        assert float(numpy.sum(p["a"])) == 2 << 20  # the proxy waited for the same value
+        assert f.done()
+        # An engine-made deferred key and the Store's protocol: a second
+        # set overwrites, and an evicted future's value is gone.
+        f.set_result("again")
+        assert f.result(timeout=0) == "again"
+        s.evict(f.key)
+        assert not f.done()
+    finally:
+        s.close()
+
+
+def test_update_writes_a_mutable_borrow_back_over_a_native_connector(store):
+    owned = store.owned_proxy([1, 2])
+    m = ps.mut_borrow(owned)
+    m.append(3)
+    ps.update(m)
+    assert store.get(ps.get_key(owned)) == [1, 2, 3]
+
+
 def test_bad_inputs_raise_clear_errors(store):
     with pytest.raises(ps.SerializationError, match="cannot serialize 'lock'"):
         store.proxy(threading.Lock())
@@ -395,8 +452,10 @@ def test_bad_inputs_raise_clear_errors(store):
         len(p)
     with pytest.raises(TypeError, match="not a connector"):
         ps.Store("x", object())
-    with pytest.raises(NotImplementedError, match="deferred keys"):
-        store.future()
+    with pytest.raises(NotImplementedError, match="deferred keys: Plain has no new_key"):
+        ps.Store("no-futures", type("Plain", (), {"put": 0, "get": 0})()).future()
+    with pytest.raises(ValueError, match="timeout must be"):
+        store.future().result(timeout=-1)
     store.close()
     with pytest.raises(ps.StoreClosedError, match="is closed"):
         store.put(1)

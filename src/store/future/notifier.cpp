@@ -1,8 +1,15 @@
 #include "store/future/notifier.h"
 
 #include <hiredis/hiredis.h>
+#include <limits.h>
+#include <poll.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -24,6 +31,8 @@ struct ContextDeleter {
 using Context = std::unique_ptr<redisContext, ContextDeleter>;
 
 constexpr int kSignalTtlSeconds = 24 * 3600;
+
+Status Errno(const std::string& what, int e) { return Internal(what + ": " + std::strerror(e)); }
 
 class RedisNotifier final : public KeyNotifier {
  public:
@@ -106,6 +115,63 @@ class RedisNotifier final : public KeyNotifier {
 
 // Routes by the member a multi key names; members that cannot notify are
 // polled (Wait returns false at once so the caller polls).
+// File keys: the connector's write ends with a rename into the directory,
+// so a waiter watches the directory with inotify for that name. Notify has
+// nothing to do. Where inotify is unavailable (no watch left, or a file
+// system that does not report, such as NFS, for writes made elsewhere)
+// WaitForKey's slices still re-check the file at least every second.
+class FileNotifier final : public KeyNotifier {
+ public:
+  explicit FileNotifier(const ConnectorOptions& o) {
+    if (auto it = o.find("dir"); it != o.end()) dir_ = it->second;
+  }
+
+  Status Notify(const Key&) override { return Status::OK(); }
+  Status Forget(const Key&) override { return Status::OK(); }
+
+  Result<bool> Wait(const Key& key, std::chrono::milliseconds timeout) override {
+    if (dir_.empty() || key.id.empty() || key.id.find('/') != std::string::npos) {
+      return Unimplemented("no directory to watch");
+    }
+    int fd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (fd < 0) return Errno("inotify_init1", errno);
+    struct Closer {
+      int fd;
+      ~Closer() { ::close(fd); }
+    } closer{fd};
+    if (::inotify_add_watch(fd, dir_.c_str(), IN_MOVED_TO | IN_CLOSE_WRITE) < 0) {
+      return Errno("inotify_add_watch " + dir_, errno);
+    }
+    // Set between the caller's check and the watch: seen here.
+    struct stat st {};
+    if (::stat((dir_ + "/" + key.id).c_str(), &st) == 0) return true;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    alignas(inotify_event) char buf[16 * (sizeof(inotify_event) + NAME_MAX + 1)];
+    for (;;) {
+      auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd p{fd, POLLIN, 0};
+      int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1 << 30)));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return Errno("poll inotify", errno);
+      if (r == 0) return false;
+      ssize_t n = ::read(fd, buf, sizeof(buf));
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (n < 0) return Errno("read inotify", errno);
+      for (ssize_t off = 0; off < n;) {
+        const auto* e = reinterpret_cast<const inotify_event*>(buf + off);
+        if (e->len > 0 && key.id == e->name) return true;
+        if (e->mask & IN_Q_OVERFLOW) return true;  // events lost: let the caller look
+        off += static_cast<ssize_t>(sizeof(inotify_event) + e->len);
+      }
+    }
+  }
+
+ private:
+  std::string dir_;
+};
+
 class MultiNotifier final : public KeyNotifier {
  public:
   explicit MultiNotifier(std::vector<MultiMember> members) : members_(std::move(members)) {}
@@ -149,6 +215,7 @@ class MultiNotifier final : public KeyNotifier {
 
 std::unique_ptr<KeyNotifier> MakeKeyNotifier(const ConnectorConfig& config) {
   if (config.type == "redis") return std::make_unique<RedisNotifier>(config.options);
+  if (config.type == "file") return std::make_unique<FileNotifier>(config.options);
   if (config.type == "multi") {
     auto members = ParseMultiMembers(config.options);
     if (members.ok()) return std::make_unique<MultiNotifier>(std::move(members).value());

@@ -2,7 +2,8 @@
 // it. Redis: Notify pushes onto a per-key signal list "<prefix>:<id>:signal"
 // and Wait blocks in BLPOP on it, re-pushing what it popped so every other
 // waiter wakes as well. The list expires a day after the last Notify and is
-// deleted by Forget (on evict).
+// deleted by Forget (on evict). File: Wait watches the directory with
+// inotify for the key's name (the connector's rename); Notify is a no-op.
 #pragma once
 
 #include <chrono>
