@@ -4,7 +4,8 @@ The same operations through both, in one run: put, get (cold: nothing in
 the store's cache), get + touch (the same, then one byte of every 4 KiB
 page of the result read, so that lazily mapped bytes are paid for), proxy
 resolve (cold), over the file and Redis connectors, for bytes and numpy
-objects of 1 KB, 1 MB, 100 MB and 1 GB; and an executor round trip: a 10
+objects of 1 KB, 1 MB, 100 MB and 1 GB, beside a floor (FloorStore: the
+bytes alone, moved once, no serialization); and an executor round trip: a 10
 MB numpy argument to a process-pool worker that returns argument + 1,
 resolved back in the caller (xsilo: StoreExecutor; ProxyStore 0.6.5 has no
 executor, so the same steps by hand: proxy the argument with evict=True,
@@ -136,6 +137,92 @@ def xsilo_system(connector, root, redis_port, tag):
     return System("xsilo", store, xp.extract, xp.resolve, clear, xp.get_key)
 
 
+class FloorStore:
+    """The bytes alone, at the least a store can do (no serialization, no
+    metadata): put is one write() of the object's memory into a new file,
+    or one Redis SET sent from it; get is one read() of the whole file into
+    a new bytes object, or one GET read into a new buffer (a bytearray:
+    Python cannot read a socket into a bytes object). A get or put that
+    moves the bytes once. The "resolve" of a floor key is its get."""
+
+    def __init__(self, connector, root, redis_port):
+        self.connector = connector
+        self.dir = os.path.join(root, "floor")
+        os.makedirs(self.dir, exist_ok=True)
+        self.sock = None
+        if connector == "redis":
+            self.sock = socket.create_connection(("127.0.0.1", redis_port))
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.n = 0
+
+    def _line(self):
+        out = bytearray()
+        while not out.endswith(b"\r\n"):
+            c = self.sock.recv(1)
+            if not c:
+                raise ConnectionError("redis closed")
+            out += c
+        return bytes(out[:-2])
+
+    def put(self, obj):
+        self.n += 1
+        key = f"floor-{self.n}"
+        mv = memoryview(obj).cast("B")
+        if self.sock is None:
+            fd = os.open(os.path.join(self.dir, key), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                done = 0
+                while done < len(mv):
+                    done += os.write(fd, mv[done:])
+            finally:
+                os.close(fd)
+        else:
+            k = key.encode()
+            self.sock.sendall(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" % (len(k), k, len(mv)))
+            self.sock.sendall(mv)
+            self.sock.sendall(b"\r\n")
+            if self._line() != b"+OK":
+                raise RuntimeError("redis SET failed")
+        return key
+
+    def get(self, key):
+        if self.sock is None:
+            with open(os.path.join(self.dir, key), "rb", buffering=0) as f:
+                return f.read()
+        k = key.encode()
+        self.sock.sendall(b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(k), k))
+        n = int(self._line()[1:])
+        out = bytearray(n)
+        mv, got = memoryview(out), 0
+        while got < n:
+            r = self.sock.recv_into(mv[got:])
+            if not r:
+                raise ConnectionError("redis closed")
+            got += r
+        self._line()
+        return out
+
+    def proxy(self, obj):
+        return self.put(obj)
+
+    def evict(self, key):
+        if self.sock is None:
+            os.unlink(os.path.join(self.dir, key))
+        else:
+            k = key.encode()
+            self.sock.sendall(b"*2\r\n$3\r\nDEL\r\n$%d\r\n%s\r\n" % (len(k), k))
+            self._line()
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.close()
+
+
+def floor_system(connector, root, redis_port):
+    store = FloorStore(connector, root, redis_port)
+    return System("floor", store, None, store.get, lambda k: None, lambda k: k)
+
+
 def timed(fn):
     t0 = time.perf_counter()
     out = fn()
@@ -254,6 +341,8 @@ def main():
     ap.add_argument("--connectors", default="file,redis")
     ap.add_argument("--ops", default="put,get,get+touch,resolve")
     ap.add_argument("--executor-reps", type=int, default=10)
+    ap.add_argument("--no-floor", dest="floor", action="store_false",
+                    help="leave out the floor (the bytes alone, moved once: FloorStore)")
     ap.add_argument("--reps-scale", type=float, default=1.0)
     ap.add_argument("--dir", default=None, help="where the file stores live (default: a tmp dir)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.dirname(
@@ -272,6 +361,8 @@ def main():
         for connector in args.connectors.split(","):
             systems = [proxystore_system(connector, root, redis_port, connector),
                        xsilo_system(connector, root, redis_port, connector)]
+            if args.floor:
+                systems.append(floor_system(connector, root, redis_port))
             for kind in args.kinds.split(","):
                 for size_name in args.sizes.split(","):
                     obj = make_object(kind, SIZES[size_name])
@@ -296,15 +387,17 @@ def main():
                                 row[name] = {"error": errors[name]}
                             else:
                                 row[name] = {"median_s": statistics.median(ts), "min_s": min(ts)}
+                        ok = "proxystore" not in errors and "xsilo" not in errors
                         row["speedup"] = (row["proxystore"]["median_s"] / row["xsilo"]["median_s"]
-                                          if not errors else None)
+                                          if ok else None)
                         rows.append(row)
+                        floor = f"  floor {fmt(row['floor'])}" if "floor" in row else ""
                         print(f"{connector:5} {kind:5} {size_name:>5} {op:9} "
                               f"proxystore {fmt(row['proxystore'])}  xsilo {fmt(row['xsilo'])}  "
-                              f"{row['speedup'] or 0:7.2f}x", flush=True)
+                              f"{row['speedup'] or 0:7.2f}x{floor}", flush=True)
                     del obj
                     gc.collect()
-            ex = bench_executor(systems, args.executor_reps, ctx)
+            ex = bench_executor(systems[:2], args.executor_reps, ctx)
             executor[connector] = {name: {"median_s": statistics.median(ts), "min_s": min(ts),
                                           "reps": len(ts)} for name, ts in ex.items()}
             executor[connector]["speedup"] = (executor[connector]["proxystore"]["median_s"] /
@@ -313,8 +406,8 @@ def main():
                   f"{executor[connector]['proxystore']['median_s'] * 1e3:.2f} ms, xsilo "
                   f"{executor[connector]['xsilo']['median_s'] * 1e3:.2f} ms, "
                   f"{executor[connector]['speedup']:.2f}x", flush=True)
-            for s in systems:
-                s.store.close()
+            for sys_ in systems:
+                sys_.store.close()
         attrs = attribute_access()
     finally:
         redis_proc.terminate()
@@ -322,19 +415,27 @@ def main():
         shutil.rmtree(root, ignore_errors=True)
 
     print()
-    print("| connector | object | size | op | ProxyStore 0.6.5 ms | xsilo ms | xsilo speedup | target |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| connector | object | size | op | ProxyStore 0.6.5 ms | xsilo ms | xsilo speedup | target "
+          "| floor ms | ProxyStore / floor | xsilo / floor |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+
+    def over_floor(r, n):
+        if "floor" not in r or "error" in r["floor"] or "error" in r[n]:
+            return "-"
+        return f"{r[n]['median_s'] / r['floor']['median_s']:.2f}"
+
     for r in rows:
         target = 3.0 if SIZES[r["size"]] >= (1 << 20) else 1.0
-        cells = [("failed" if "error" in r[n] else f"{r[n]['median_s'] * 1e3:.3f}")
-                 for n in ("proxystore", "xsilo")]
+        cells = [("-" if n not in r else "failed" if "error" in r[n]
+                  else f"{r[n]['median_s'] * 1e3:.3f}") for n in ("proxystore", "xsilo", "floor")]
         if r["speedup"] is None:
             speed, met = "-", "n/a"
         else:
             speed = f"{r['speedup']:.2f}x"
             met = "met" if r["speedup"] >= target else "**missed**"
         print(f"| {r['connector']} | {r['kind']} | {r['size']} | {r['op']} | {cells[0]} | "
-              f"{cells[1]} | {speed} | {met} (>= {target:g}x) |")
+              f"{cells[1]} | {speed} | {met} (>= {target:g}x) | {cells[2]} | "
+              f"{over_floor(r, 'proxystore')} | {over_floor(r, 'xsilo')} |")
     for c, e in executor.items():
         met = "met" if e["speedup"] >= 3 else "**missed**"
         print(f"| {c} | numpy | 10MB | executor round trip | {e['proxystore']['median_s'] * 1e3:.3f} "
