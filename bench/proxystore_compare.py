@@ -4,8 +4,8 @@ The same operations through both, in one run: put, get (cold: nothing in
 the store's cache), get + touch (the same, then one byte of every 4 KiB
 page of the result read, so that lazily mapped bytes are paid for), proxy
 resolve (cold), over the file and Redis connectors, for bytes and numpy
-objects of 1 KB, 1 MB, 100 MB and 1 GB, beside a floor (FloorStore: the
-bytes alone, moved once, no serialization); and an executor round trip: a 10
+objects of 1 KB, 1 MB, 100 MB and 1 GB, beside a baseline (BaselineStore:
+the bytes alone, moved once with Python's own calls); and an executor round trip: a 10
 MB numpy argument to a process-pool worker that returns argument + 1,
 resolved back in the caller (xsilo: StoreExecutor; ProxyStore 0.6.5 has no
 executor, so the same steps by hand: proxy the argument with evict=True,
@@ -137,17 +137,18 @@ def xsilo_system(connector, root, redis_port, tag):
     return System("xsilo", store, xp.extract, xp.resolve, clear, xp.get_key)
 
 
-class FloorStore:
-    """The bytes alone, at the least a store can do (no serialization, no
-    metadata): put is one write() of the object's memory into a new file,
-    or one Redis SET sent from it; get is one read() of the whole file into
-    a new bytes object, or one GET read into a new buffer (a bytearray:
-    Python cannot read a socket into a bytes object). A get or put that
-    moves the bytes once. The "resolve" of a floor key is its get."""
+class BaselineStore:
+    """The bytes alone, moved once with Python's own calls (no serialization,
+    no metadata): put is one os.write() of the object's memory into a new
+    file, or one Redis SET sent from it; get is one read() of the whole
+    file into a new bytes object, or one GET read into a new bytearray
+    (Python cannot read a socket into a bytes object). The "resolve" of a
+    baseline key is its get. Not a floor: a store that avoids the copy
+    (an mmap view) or the page faults of fresh memory (huge pages) beats it."""
 
     def __init__(self, connector, root, redis_port):
         self.connector = connector
-        self.dir = os.path.join(root, "floor")
+        self.dir = os.path.join(root, "baseline")
         os.makedirs(self.dir, exist_ok=True)
         self.sock = None
         if connector == "redis":
@@ -166,7 +167,7 @@ class FloorStore:
 
     def put(self, obj):
         self.n += 1
-        key = f"floor-{self.n}"
+        key = f"baseline-{self.n}"
         mv = memoryview(obj).cast("B")
         if self.sock is None:
             fd = os.open(os.path.join(self.dir, key), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -218,9 +219,9 @@ class FloorStore:
             self.sock.close()
 
 
-def floor_system(connector, root, redis_port):
-    store = FloorStore(connector, root, redis_port)
-    return System("floor", store, None, store.get, lambda k: None, lambda k: k)
+def baseline_system(connector, root, redis_port):
+    store = BaselineStore(connector, root, redis_port)
+    return System("baseline", store, None, store.get, lambda k: None, lambda k: k)
 
 
 def timed(fn):
@@ -341,8 +342,8 @@ def main():
     ap.add_argument("--connectors", default="file,redis")
     ap.add_argument("--ops", default="put,get,get+touch,resolve")
     ap.add_argument("--executor-reps", type=int, default=10)
-    ap.add_argument("--no-floor", dest="floor", action="store_false",
-                    help="leave out the floor (the bytes alone, moved once: FloorStore)")
+    ap.add_argument("--no-baseline", dest="baseline", action="store_false",
+                    help="leave out the baseline (the bytes alone, moved once: BaselineStore)")
     ap.add_argument("--reps-scale", type=float, default=1.0)
     ap.add_argument("--dir", default=None, help="where the file stores live (default: a tmp dir)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.dirname(
@@ -361,8 +362,8 @@ def main():
         for connector in args.connectors.split(","):
             systems = [proxystore_system(connector, root, redis_port, connector),
                        xsilo_system(connector, root, redis_port, connector)]
-            if args.floor:
-                systems.append(floor_system(connector, root, redis_port))
+            if args.baseline:
+                systems.append(baseline_system(connector, root, redis_port))
             for kind in args.kinds.split(","):
                 for size_name in args.sizes.split(","):
                     obj = make_object(kind, SIZES[size_name])
@@ -391,10 +392,10 @@ def main():
                         row["speedup"] = (row["proxystore"]["median_s"] / row["xsilo"]["median_s"]
                                           if ok else None)
                         rows.append(row)
-                        floor = f"  floor {fmt(row['floor'])}" if "floor" in row else ""
+                        base = f"  baseline {fmt(row['baseline'])}" if "baseline" in row else ""
                         print(f"{connector:5} {kind:5} {size_name:>5} {op:9} "
                               f"proxystore {fmt(row['proxystore'])}  xsilo {fmt(row['xsilo'])}  "
-                              f"{row['speedup'] or 0:7.2f}x{floor}", flush=True)
+                              f"{row['speedup'] or 0:7.2f}x{base}", flush=True)
                     del obj
                     gc.collect()
             ex = bench_executor(systems[:2], args.executor_reps, ctx)
@@ -416,18 +417,18 @@ def main():
 
     print()
     print("| connector | object | size | op | ProxyStore 0.6.5 ms | xsilo ms | xsilo speedup | target "
-          "| floor ms | ProxyStore / floor | xsilo / floor |")
+          "| baseline ms | ProxyStore / baseline | xsilo / baseline |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
 
-    def over_floor(r, n):
-        if "floor" not in r or "error" in r["floor"] or "error" in r[n]:
+    def over_baseline(r, n):
+        if "baseline" not in r or "error" in r["baseline"] or "error" in r[n]:
             return "-"
-        return f"{r[n]['median_s'] / r['floor']['median_s']:.2f}"
+        return f"{r[n]['median_s'] / r['baseline']['median_s']:.2f}"
 
     for r in rows:
         target = 3.0 if SIZES[r["size"]] >= (1 << 20) else 1.0
         cells = [("-" if n not in r else "failed" if "error" in r[n]
-                  else f"{r[n]['median_s'] * 1e3:.3f}") for n in ("proxystore", "xsilo", "floor")]
+                  else f"{r[n]['median_s'] * 1e3:.3f}") for n in ("proxystore", "xsilo", "baseline")]
         if r["speedup"] is None:
             speed, met = "-", "n/a"
         else:
@@ -435,7 +436,7 @@ def main():
             met = "met" if r["speedup"] >= target else "**missed**"
         print(f"| {r['connector']} | {r['kind']} | {r['size']} | {r['op']} | {cells[0]} | "
               f"{cells[1]} | {speed} | {met} (>= {target:g}x) | {cells[2]} | "
-              f"{over_floor(r, 'proxystore')} | {over_floor(r, 'xsilo')} |")
+              f"{over_baseline(r, 'proxystore')} | {over_baseline(r, 'xsilo')} |")
     for c, e in executor.items():
         met = "met" if e["speedup"] >= 3 else "**missed**"
         print(f"| {c} | numpy | 10MB | executor round trip | {e['proxystore']['median_s'] * 1e3:.3f} "

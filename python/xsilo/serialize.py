@@ -36,7 +36,18 @@ class SerializationError(ValueError):
     """An object that cannot be serialized (neither pickle nor cloudpickle)."""
 
 
+# Rebuilt bytes objects of this size and more are copied by the extension,
+# into memory advised for huge pages (see _xsilo._bytes_from).
+_HUGE_COPY = 8 << 20
+
+
 def _rebuild_bytes(buf):
+    if type(buf) is bytes:  # read straight into a bytes object already
+        return buf
+    if memoryview(buf).nbytes >= _HUGE_COPY:
+        from . import _xsilo
+
+        return _xsilo._bytes_from(buf)
     return bytes(buf)
 
 
@@ -226,14 +237,36 @@ def parts(stream, buffers):
     """The parts as a name -> buffer dict for the engine's safetensors codec:
     "p" the stream, "b000000"... the buffers, and where a buffer's length is
     not a multiple of 64 a zero "b000000_" after it, so that every buffer
-    starts 64-byte aligned (the codec lays parts out in name order)."""
+    starts 64-byte aligned (the codec lays parts out in name order); "t",
+    one byte per buffer, 1 where the buffer is an exact bytes object (left
+    out when none is: see bytes_parts)."""
     out = {"p": stream}
     for i, b in enumerate(buffers):
         out[f"b{i:06d}"] = b
         pad = -b.nbytes % _ALIGN
         if pad:
             out[f"b{i:06d}_"] = bytes(pad)
+    kinds = bytes(1 if type(getattr(b, "obj", None)) is bytes else 0 for b in buffers)
+    if any(kinds):
+        out["t"] = kinds
     return out
+
+
+def bytes_parts(header):
+    """For a parts() object's safetensors header (a dict): the (start, end)
+    data offsets of part "t" (which parts() writes when a buffer came from
+    an exact bytes object), of the stream and of each buffer; None without
+    "t". When every byte of "t" is 1, a reader can read each buffer straight
+    into a new bytes object, which pickle hands to the rebuild unchanged:
+    one copy in all."""
+    t = header.get("t")
+    if t is None or "p" not in header:
+        return None
+    names = sorted(n for n in header if n.startswith("b") and not n.endswith("_"))
+    a, b = t["data_offsets"]
+    if b - a != len(names):
+        return None
+    return (a, b), header["p"]["data_offsets"], [header[n]["data_offsets"] for n in names]
 
 
 def unparts(data):
@@ -247,12 +280,15 @@ def unparts(data):
     base = 8 + n
     stream, buffers = None, []
     for name in sorted(header):
-        if name == "p":
+        if name == "p" or (name.startswith("b") and not name.endswith("_")):
             a, b = header[name]["data_offsets"]
-            stream = mv[base + a:base + b]
-        elif name.startswith("b") and not name.endswith("_"):
-            a, b = header[name]["data_offsets"]
-            buffers.append(mv[base + a:base + b])
+            if not 0 <= a <= b or base + b > len(mv):
+                raise SerializationError(
+                    f"truncated object: part {name!r} ends at {base + b} of {len(mv)} bytes")
+            if name == "p":
+                stream = mv[base + a:base + b]
+            else:
+                buffers.append(mv[base + a:base + b])
     if stream is None:
         raise SerializationError("not an xsilo serialized object")
     return stream, buffers

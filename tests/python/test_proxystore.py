@@ -385,6 +385,55 @@ def test_future_over_a_python_connector():
         s.close()
 
 
+def test_file_objects_of_bytes_are_read_into_their_bytes_objects(tmp_path):
+    # Objects whose buffers all come from bytes objects are read with
+    # pread() straight into the bytes they become (the 16 MiB one through
+    # the extension, into huge pages); others go through the engine's mmap.
+    s = ps.Store(f"reads-{tmp_path.name}", ps.FileConnector(str(tmp_path / "objects")),
+                 cache_size=0)
+    try:
+        engine_gets = lambda: s._native.metrics()["get"]["count"]  # noqa: E731
+        big, mid = os.urandom(16 << 20), os.urandom(1 << 20)
+        k1, k2 = s.put(big), s.put({"a": mid, "b": big, "n": 1})
+        assert s.get(k1) == big and type(s.get(k1)) is bytes
+        assert s.get(k2) == {"a": mid, "b": big, "n": 1}
+        assert engine_gets() == 0
+        k3 = s.put({"a": mid, "x": numpy.ones(1 << 17)})  # a numpy buffer: the engine's mmap
+        got = s.get(k3)
+        assert got["a"] == mid and numpy.sum(got["x"]) == 1 << 17 and engine_gets() == 1
+        # A file cut short is refused, not handed on.
+        path = tmp_path / "objects" / json.loads(k1)["id"]
+        with open(path, "r+b") as f:
+            f.truncate(path.stat().st_size - 100)
+        with pytest.raises(ps.StoreError, match="shorter than its header"):
+            s.get(k1)
+        k4 = s.put(numpy.ones(1 << 17))  # no bytes objects: through the engine
+        path = tmp_path / "objects" / json.loads(k4)["id"]
+        with open(path, "r+b") as f:
+            f.truncate(path.stat().st_size - 100)
+        with pytest.raises(ps.SerializationError, match="truncated object"):
+            s.get(k4)
+    finally:
+        s.close()
+
+
+def test_bytes_from_and_pread_bytes(tmp_path):
+    data = os.urandom((8 << 20) + 12345)
+    assert xsilo._xsilo._bytes_from(memoryview(data)[5:]) == data[5:]
+    assert xsilo._xsilo._bytes_from(numpy.frombuffer(data, numpy.uint8)) == data
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert xsilo._xsilo._pread_bytes(fd, len(data) - 7, 7) == data[7:]
+        with pytest.raises(ValueError, match="file ends after"):
+            xsilo._xsilo._pread_bytes(fd, len(data), 1)
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError):
+        xsilo._xsilo._pread_bytes(fd, 10, 0)  # closed
+
+
 def _connector(kind, tmp_path, redis_port):
     if kind == "file":
         return ps.FileConnector(str(tmp_path / "objects"))
