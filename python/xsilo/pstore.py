@@ -334,17 +334,18 @@ class Store:
         except FileNotFoundError:
             return _MISSING
         try:
-            # The file's size, not the key's: set() may have rewritten it.
+            # By the file's size, not the key's: set() may have rewritten it.
+            first = os.read(fd, _SMALL_FILE + 1)
+            if len(first) <= _SMALL_FILE:
+                return _ser.loads(*_ser.unparts(first))
             size = os.fstat(fd).st_size
-            if size <= _SMALL_FILE:
-                return _ser.loads(*_ser.unparts(os.read(fd, size)))
-            head = os.pread(fd, 8, 0)
-            if len(head) != 8 or head[:4] == _ser._MAGIC:
+            if first[:4] == _ser._MAGIC:
                 return None
-            n = int.from_bytes(head, "little")
+            n = int.from_bytes(first[:8], "little")
             if n > 1 << 20:
                 return None
-            spans = _ser.bytes_parts(json.loads(os.pread(fd, n, 8)))
+            spans = _ser.bytes_parts(json.loads(first[8:8 + n] if 8 + n <= len(first)
+                                                else os.pread(fd, n, 8)))
             if spans is None:
                 return None
             base = 8 + n
