@@ -453,9 +453,12 @@ class StoreExecutor {
   StoreExecutor(std::shared_ptr<TaskPool> pool, std::shared_ptr<Store> store,
                 ProxyPolicy should_proxy = ProxySize(64 << 10));
 
-  // Runs fn(args...) on the pool; see the top of this file.
+  // Runs fn(args...) on the pool; see the top of this file. Returns a
+  // TaskFuture<R>, R being fn's value type (void for Status or nothing).
+  // (The return type is deduced so that a call fn cannot take fails on the
+  // static_assert's message, not on "no matching function".)
   template <typename F, typename... Args>
-  TaskFuture<detail::TaskValue<F, Args...>> Submit(F fn, Args&&... args) {
+  auto Submit(F fn, Args&&... args) {
     static_assert(std::is_invocable_v<std::decay_t<F>&, detail::TaskArg<Args>...>,
                   "fn must take each Encodable argument as const T& (or T) and every other "
                   "argument as T&& (or T)");
