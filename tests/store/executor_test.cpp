@@ -159,6 +159,19 @@ TEST(ExecutorPolicies, DecideBySizeTypeAndRole) {
   EXPECT_FALSE(ProxyType<Buffer>()(small));
 }
 
+TEST(ExecutorArguments, AMoveOnlyArgumentWithoutCodecIsMovedIntoTheTask) {
+  TestStore t = MakeTestStore("memory");
+  StoreExecutor ex(std::make_shared<ThreadPool>(1), t.store, ProxyAlways());
+  auto f = ex.Submit([](std::unique_ptr<int> p, const std::string& s) { return *p + s.size(); },
+                     std::make_unique<int>(40), std::string("ab"));
+  Result<uint64_t> r = f.Get();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, 42u);
+  EXPECT_EQ(ex.metrics().inline_arguments, 1u) << "the pointer";
+  EXPECT_EQ(ex.metrics().proxied_arguments, 1u) << "the string (ProxyAlways)";
+  EXPECT_EQ(t.live->Remaining(), 0);
+}
+
 // ---- StoreExecutor over each connector ---------------------------------------
 
 class StoreExecutorTest : public ::testing::TestWithParam<std::string> {};
