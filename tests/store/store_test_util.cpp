@@ -34,10 +34,16 @@ struct TempDirs {
   }
 };
 
-// Exit codes a child reports.
-int CodeOf(const Status& s) { return s.ok() ? 0 : 10 + static_cast<int>(s.code()); }
-
 }  // namespace
+
+int ChildExitCode(const Status& s) { return s.ok() ? 0 : 10 + static_cast<int>(s.code()); }
+
+std::optional<StoreChildRequest> RequestedStoreChild() {
+  const char* mode = std::getenv(kModeEnv);
+  const char* arg = std::getenv(kArgEnv);
+  if (!mode || !arg) return std::nullopt;
+  return StoreChildRequest{mode, arg};
+}
 
 std::string StoreTempDir() {
   static TempDirs temp;
@@ -88,20 +94,20 @@ ConnectorConfig FreshConnectorConfig(const std::string& kind) {
 //   resolve <proxy json>       resolve a Proxy<TensorMap>; exit 0 when tensor "w"
 //                              has checksum XSILO_STORE_CHILD_SUM and the store
 //                              got registered
-//   resolve-string <json>      resolve a Proxy<std::string>; exit CodeOf(status)
+//   resolve-string <json>      resolve a Proxy<std::string>; exit ChildExitCode(status)
 //   future-set <json>          set a Future<std::string> to "from child"
 //   future-get <json>          await a Future<std::string> (60 s); exit 0 when it
 //                              reads "from parent"
 bool RunStoreChildIfRequested(int* exit_code) {
-  const char* mode_env = std::getenv(kModeEnv);
-  const char* arg_env = std::getenv(kArgEnv);
-  if (!mode_env || !arg_env) return false;
-  std::string mode = mode_env, arg = arg_env;
+  std::optional<StoreChildRequest> request = RequestedStoreChild();
+  if (!request) return false;
+  const std::string& mode = request->mode;
+  const std::string& arg = request->arg;
   if (mode == "resolve") {
     auto proxy = Proxy<TensorMap>::Deserialize(arg);
     if (!proxy.ok()) return *exit_code = 2, true;
     auto tensors = proxy->Get();
-    if (!tensors.ok()) return *exit_code = CodeOf(tensors.status()), true;
+    if (!tensors.ok()) return *exit_code = ChildExitCode(tensors.status()), true;
     auto it = (*tensors)->find("w");
     const char* sum = std::getenv("XSILO_STORE_CHILD_SUM");
     if (it == (*tensors)->end() || !sum || Checksum(it->second.data.span()) != std::stoull(sum)) {
@@ -114,20 +120,20 @@ bool RunStoreChildIfRequested(int* exit_code) {
   if (mode == "resolve-string") {
     auto proxy = Proxy<std::string>::Deserialize(arg);
     if (!proxy.ok()) return *exit_code = 2, true;
-    *exit_code = CodeOf(proxy->Resolve());
+    *exit_code = ChildExitCode(proxy->Resolve());
     return true;
   }
   if (mode == "future-set") {
     auto f = Future<std::string>::Deserialize(arg);
     if (!f.ok()) return *exit_code = 2, true;
-    *exit_code = CodeOf(f->Set("from child"));
+    *exit_code = ChildExitCode(f->Set("from child"));
     return true;
   }
   if (mode == "future-get") {
     auto f = Future<std::string>::Deserialize(arg);
     if (!f.ok()) return *exit_code = 2, true;
     auto v = f->Get(std::chrono::seconds(60));
-    *exit_code = !v.ok() ? CodeOf(v.status()) : *v == "from parent" ? 0 : 3;
+    *exit_code = !v.ok() ? ChildExitCode(v.status()) : *v == "from parent" ? 0 : 3;
     return true;
   }
   *exit_code = 99;

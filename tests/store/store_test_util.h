@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,6 +56,16 @@ class CountingConnector final : public Connector {
 // Child-process side of the cross-process tests: when this binary was
 // started by SpawnChild, does the requested work and returns true.
 bool RunStoreChildIfRequested(int* exit_code);
+
+// The mode and argument SpawnStoreChild gave this process, if it did (for
+// child modes that live in a test file, e.g. executor_test.cpp).
+struct StoreChildRequest {
+  std::string mode;
+  std::string arg;
+};
+std::optional<StoreChildRequest> RequestedStoreChild();
+// The exit code a child reports for `s`: 0 when OK, else 10 + its code.
+int ChildExitCode(const Status& s);
 
 // Runs this binary as a child doing `mode` with `arg` (see
 // store_test_util.cpp); returns its pid. extra_env: "NAME=value" entries.
