@@ -539,6 +539,8 @@ def test_redis_store_and_engine_share_one_layout(redis_port, part_bytes):
         s.evict(k)
         assert not s.exists(k) and s.get(k) is None and s.connector.get(k) is None
         assert s.get(s.put(b"tiny")) == b"tiny"
+        big = os.urandom((8 << 20) + 3)  # rebuilt by the extension (_bytes_from)
+        assert s.get(s.put(big)) == big
         engine_only = ps.Store(f"engine-{part_bytes}",
                                ps.RedisConnector("127.0.0.1", redis_port, wire=False, **kw))
         assert engine_only._wire is None and numpy.array_equal(engine_only.get(k2)[1], a)
