@@ -46,20 +46,23 @@ class _Conn:
         self.sock.close()
 
     def send(self, commands):
+        """Sends commands; an argument is a buffer, or a list of buffers sent
+        as one bulk string (their concatenation, never built here)."""
         small = bytearray()
         for args in commands:
             small += b"*%d\r\n" % len(args)
             for a in args:
-                mv = memoryview(a).cast("B") if not isinstance(a, bytes) else a
-                n = len(mv)
-                small += b"$%d\r\n" % n
-                if n > _INLINE:
-                    self.sock.sendall(small)
-                    self.sock.sendall(mv)
-                    small = bytearray(_CRLF)
-                else:
-                    small += mv
-                    small += _CRLF
+                pieces = a if isinstance(a, list) else [a]
+                pieces = [p if isinstance(p, bytes) else memoryview(p).cast("B") for p in pieces]
+                small += b"$%d\r\n" % sum(len(p) for p in pieces)
+                for mv in pieces:
+                    if len(mv) > _INLINE:
+                        self.sock.sendall(small)
+                        self.sock.sendall(mv)
+                        small = bytearray()
+                    else:
+                        small += mv
+                small += _CRLF
         if small:
             self.sock.sendall(small)
 
@@ -248,17 +251,19 @@ class RedisWire:
         commands = []
         seg, off = 0, 0
         for i in range(parts):
+            # One SET per part, its value sent from the segments' own memory:
+            # Redis keeps a large argument as the value without copying it,
+            # where an APPEND onto a first piece copied (and grew) it.
             remaining = min(self.part_bytes, size - i * self.part_bytes)
-            first = True
+            pieces = []
             while remaining > 0:
                 while len(segs[seg]) == off:
                     seg, off = seg + 1, 0
                 n = min(remaining, len(segs[seg]) - off)
-                commands.append([b"SET" if first else b"APPEND", self._part(id_, i),
-                                 segs[seg][off:off + n]])
+                pieces.append(segs[seg][off:off + n])
                 off += n
                 remaining -= n
-                first = False
+            commands.append([b"SET", self._part(id_, i), pieces])
         commands.append([b"SET", self._meta(id_), f"{size} {parts}".encode()])
         commands += after
 
