@@ -183,6 +183,12 @@ class RedisWire:
     def _signal(self, id_):
         return f"{self.prefix}:{id_}:signal".encode()
 
+    def _wake(self, id_):
+        """The commands that wake a deferred key's waiters (and keep the
+        signal list a day, as the engine's notifier does)."""
+        signal = self._signal(id_)
+        return [[b"RPUSH", signal, b"1"], [b"EXPIRE", signal, str(_SIGNAL_TTL).encode()]]
+
     def _part(self, id_, i):
         return f"{self.prefix}:{id_}:{i}".encode()
 
@@ -209,9 +215,7 @@ class RedisWire:
         push onto the signal list "<prefix>:<id>:signal", which is what the
         engine's waiters block on (src/store/future/notifier.cpp)."""
         id_ = self._id(key)
-        signal = self._signal(id_)
-        self._write(id_, segments, [[b"RPUSH", signal, b"1"],
-                                    [b"EXPIRE", signal, str(_SIGNAL_TTL).encode()]])
+        self._write(id_, segments, self._wake(id_))
 
     def wait(self, key, timeout):
         """True once the key exists, False when timeout seconds passed first.
@@ -234,9 +238,8 @@ class RedisWire:
                 c.send([[b"BLPOP", self._signal(id_), b"%.3f" % block]])
                 popped = c.reply()
                 c.sock.settimeout(self.timeout)
-                if popped is not None:
-                    c.send([[b"RPUSH", self._signal(id_), b"1"],
-                            [b"EXPIRE", self._signal(id_), str(_SIGNAL_TTL).encode()]])
+                if popped is not None:  # pushed back: the other waiters wake too
+                    c.send(self._wake(id_))
                     c.reply()
                     c.reply()
 

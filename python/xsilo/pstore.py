@@ -231,42 +231,45 @@ class Store:
             raise StoreClosedError(f"store {self.name!r} is closed")
 
     # bytes ----------------------------------------------------------------
-    def _put_one(self, obj, serializer):
+    def _encode(self, obj, serializer):
+        """obj in the form this store's path writes: a list of segments (the
+        Redis path), a buffer or a dict of parts (the engine: put_bytes,
+        put_tensors), or bytes (a connector written in Python)."""
         serializer = serializer or self.serializer
         if serializer is not None:
             data = serializer(obj)
             if self._wire is not None:
-                return self._wire.put([data])
-            if self._native is not None:
-                return self._native.put_bytes(memoryview(data))
-            return self.connector.put(data)
+                return [data]
+            return memoryview(data) if self._native is not None else data
         stream, buffers = _ser.dumps(obj)
         if self._wire is not None:
-            return self._wire.put(_ser.pack_segments(stream, buffers))
+            return _ser.pack_segments(stream, buffers)
         if self._native is not None:
             if not buffers:  # one small part: a packed bytes object
-                return self._native.put_bytes(memoryview(_ser.pack(stream, ())))
-            return self._native.put_tensors(_ser.parts(stream, buffers))
-        return self.connector.put(_ser.pack(stream, buffers))
+                return memoryview(_ser.pack(stream, ()))
+            return _ser.parts(stream, buffers)
+        return _ser.pack(stream, buffers)
+
+    def _put_one(self, obj, serializer):
+        enc = self._encode(obj, serializer)
+        if self._wire is not None:
+            return self._wire.put(enc)
+        if self._native is not None:
+            if isinstance(enc, dict):
+                return self._native.put_tensors(enc)
+            return self._native.put_bytes(enc)
+        return self.connector.put(enc)
 
     def _set_one(self, key, obj, serializer):
         """Writes obj under a deferred key (a future's) and wakes its waiters."""
-        serializer = serializer or self.serializer
-        if serializer is not None:
-            data = serializer(obj)
-            if self._wire is not None:
-                return self._wire.set(key, [data])
-            if self._native is not None:
-                return self._native.set_bytes(key, memoryview(data))
-            return self.connector.set(key, data)
-        stream, buffers = _ser.dumps(obj)
+        enc = self._encode(obj, serializer)
         if self._wire is not None:
-            return self._wire.set(key, _ser.pack_segments(stream, buffers))
+            return self._wire.set(key, enc)
         if self._native is not None:
-            if not buffers:
-                return self._native.set_bytes(key, memoryview(_ser.pack(stream, ())))
-            return self._native.set_tensors(key, _ser.parts(stream, buffers))
-        return self.connector.set(key, _ser.pack(stream, buffers))
+            if isinstance(enc, dict):
+                return self._native.set_tensors(key, enc)
+            return self._native.set_bytes(key, enc)
+        return self.connector.set(key, enc)
 
     def _wait(self, key, timeout, first_poll=0.001):
         """True once key exists, False after timeout seconds. The engine and
@@ -350,6 +353,8 @@ class Store:
                 return None
             base = 8 + n
             (ta, tb), (a, b), bufs = spans
+            # Checked once here: an object file is only ever replaced whole
+            # (rename), so the open file cannot shrink under the reads.
             if base + max(b, tb, max((e for _, e in bufs), default=0)) > size:
                 raise StoreError(f"file object {id_} is shorter than its header says")
             if os.pread(fd, tb - ta, base + ta) != b"\x01" * (tb - ta):
@@ -357,8 +362,6 @@ class Store:
             stream = os.pread(fd, b - a, base + a)
             buffers = [os.pread(fd, e - s, base + s) if e - s < _ser._HUGE_COPY
                        else _xsilo._pread_bytes(fd, e - s, base + s) for s, e in bufs]
-            if len(stream) != b - a or any(len(x) != e - s for x, (s, e) in zip(buffers, bufs)):
-                raise StoreError(f"file object {id_} is shorter than its header says")
             return _ser.loads(stream, buffers)
         finally:
             os.close(fd)

@@ -31,6 +31,10 @@ Result<std::unique_ptr<Connector>> MakeFaultyConnector(const ConnectorOptions& o
 Status CheckConnectorOptions(const std::string& type, const ConnectorOptions& options,
                              std::initializer_list<const char*> known);
 
+// `what: strerror(e)` as a Status whose code fits the errno (NotFound,
+// PermissionDenied, ResourceExhausted, else Internal).
+Status ErrnoStatus(const std::string& what, int e);
+
 // Option `key` as an integer in [min, max], or `fallback` when absent;
 // InvalidArgument naming the connector type and the range otherwise.
 Result<int64_t> ConnectorIntOption(const std::string& type, const ConnectorOptions& options,

@@ -2,8 +2,12 @@
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
+
+#include "store/builtin.h"
 
 namespace xsilo {
 
@@ -107,6 +111,14 @@ Status Connector::EvictBatch(const std::vector<Key>& keys) {
     if (!s.ok() && first.ok()) first = s;
   }
   return first;
+}
+
+Status ErrnoStatus(const std::string& what, int e) {
+  std::string msg = what + ": " + std::strerror(e);
+  if (e == ENOENT) return NotFound(msg);
+  if (e == EACCES || e == EPERM) return PermissionDenied(msg);
+  if (e == ENOSPC || e == EDQUOT) return ResourceExhausted(msg);
+  return Internal(msg);
 }
 
 std::string RandomObjectId() {

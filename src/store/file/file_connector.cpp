@@ -18,14 +18,6 @@ namespace xsilo {
 
 namespace {
 
-Status Errno(const std::string& what, int e) {
-  std::string msg = what + ": " + std::strerror(e);
-  if (e == ENOENT) return NotFound(msg);
-  if (e == EACCES || e == EPERM) return PermissionDenied(msg);
-  if (e == ENOSPC || e == EDQUOT) return ResourceExhausted(msg);
-  return Internal(msg);
-}
-
 bool ValidId(const std::string& id) {
   if (id.empty() || id.size() > 200 || id[0] == '.') return false;
   for (char c : id) {
@@ -64,12 +56,12 @@ class FileConnector final : public Connector {
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0) return true;
     if (errno == ENOENT) return false;
-    return Errno("stat " + path, errno);
+    return ErrnoStatus("stat " + path, errno);
   }
 
   Status Evict(const Key& key) override {
     XSILO_ASSIGN_OR_RETURN(std::string path, PathOf(key));
-    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Errno("unlink " + path, errno);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("unlink " + path, errno);
     return Status::OK();
   }
 
@@ -93,7 +85,7 @@ class FileConnector final : public Connector {
     std::string final_path = dir_ + "/" + id;
     std::string tmp = dir_ + "/.tmp-" + id + "-" + RandomObjectId().substr(0, 8);
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return Errno("create " + tmp, errno);
+    if (fd < 0) return ErrnoStatus("create " + tmp, errno);
     Status st;
     for (const Buffer& seg : bytes.segments) {
       uint64_t done = 0;
@@ -101,15 +93,15 @@ class FileConnector final : public Connector {
         ssize_t n = ::write(fd, seg.data() + done, std::min<uint64_t>(seg.size() - done, 1 << 30));
         if (n < 0 && errno == EINTR) continue;
         if (n < 0)
-          st = Errno("write " + tmp, errno);
+          st = ErrnoStatus("write " + tmp, errno);
         else
           done += static_cast<uint64_t>(n);
       }
     }
-    if (st.ok() && fsync_ && ::fsync(fd) != 0) st = Errno("fsync " + tmp, errno);
-    if (::close(fd) != 0 && st.ok()) st = Errno("close " + tmp, errno);
+    if (st.ok() && fsync_ && ::fsync(fd) != 0) st = ErrnoStatus("fsync " + tmp, errno);
+    if (::close(fd) != 0 && st.ok()) st = ErrnoStatus("close " + tmp, errno);
     if (st.ok() && ::rename(tmp.c_str(), final_path.c_str()) != 0)
-      st = Errno("rename " + tmp, errno);
+      st = ErrnoStatus("rename " + tmp, errno);
     if (!st.ok()) ::unlink(tmp.c_str());
     return st;
   }
@@ -128,7 +120,7 @@ Result<std::unique_ptr<Connector>> MakeFileConnector(const ConnectorOptions& opt
   }
   std::error_code ec;
   std::filesystem::create_directories(it->second, ec);
-  if (ec) return Errno("create directory " + it->second, ec.value());
+  if (ec) return ErrnoStatus("create directory " + it->second, ec.value());
   auto f = options.find("fsync");
   bool fsync = f != options.end() && f->second == "1";
   return std::unique_ptr<Connector>(std::make_unique<FileConnector>(it->second, fsync));

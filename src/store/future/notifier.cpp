@@ -32,8 +32,6 @@ using Context = std::unique_ptr<redisContext, ContextDeleter>;
 
 constexpr int kSignalTtlSeconds = 24 * 3600;
 
-Status Errno(const std::string& what, int e) { return Internal(what + ": " + std::strerror(e)); }
-
 class RedisNotifier final : public KeyNotifier {
  public:
   explicit RedisNotifier(const ConnectorOptions& o) {
@@ -134,13 +132,13 @@ class FileNotifier final : public KeyNotifier {
       return Unimplemented("no directory to watch");
     }
     int fd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-    if (fd < 0) return Errno("inotify_init1", errno);
+    if (fd < 0) return ErrnoStatus("inotify_init1", errno);
     struct Closer {
       int fd;
       ~Closer() { ::close(fd); }
     } closer{fd};
     if (::inotify_add_watch(fd, dir_.c_str(), IN_MOVED_TO | IN_CLOSE_WRITE) < 0) {
-      return Errno("inotify_add_watch " + dir_, errno);
+      return ErrnoStatus("inotify_add_watch " + dir_, errno);
     }
     // Set between the caller's check and the watch: seen here.
     struct stat st {};
@@ -154,11 +152,11 @@ class FileNotifier final : public KeyNotifier {
       pollfd p{fd, POLLIN, 0};
       int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1 << 30)));
       if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return Errno("poll inotify", errno);
+      if (r < 0) return ErrnoStatus("poll inotify", errno);
       if (r == 0) return false;
       ssize_t n = ::read(fd, buf, sizeof(buf));
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-      if (n < 0) return Errno("read inotify", errno);
+      if (n < 0) return ErrnoStatus("read inotify", errno);
       for (ssize_t off = 0; off < n;) {
         const auto* e = reinterpret_cast<const inotify_event*>(buf + off);
         if (e->len > 0 && key.id == e->name) return true;
