@@ -13,7 +13,8 @@
 //
 // Layout of a mutate input: [recipe][mutations][3 bytes per mutation]
 // [3 bytes of table mutation when asked][payload]. Bit 6 of the first
-// byte and bits 4-5 of the second make the tensor span two chunks.
+// byte and bits 4-5 of the second make the tensor span two chunks; bit 6
+// of the second makes a delta a top-k one.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -119,6 +120,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   recipe.quant = static_cast<xsilo::Quant>(recipe_byte & 3);
   recipe.delta = (recipe_byte & 4) != 0;
   recipe.zstd = (recipe_byte & 8) == 0;
+  // Top-k of a delta: its frames decode like any delta's, so they are
+  // mutated like them.
+  if (recipe.delta && (data[1] & 0x40)) recipe.topk = 0.25;
   const DType dtype =
       recipe.quant != xsilo::Quant::kNone ? DType::kF32 : kDTypes[(recipe_byte >> 4) & 3];
   // About one run in sixteen spans two chunks (the second a short one):
@@ -141,7 +145,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   Message clean = encoded;
   Check(xsilo::DecompressMessage(&clean, lookup, options).ok());
-  if (recipe.quant == xsilo::Quant::kNone) Check(SameBytes(clean, original));
+  if (recipe.quant == xsilo::Quant::kNone && recipe.topk == 0) Check(SameBytes(clean, original));
 
   // A tensor that went as it was (nothing gained, or values no lossy cast
   // takes) has no codec to guard it: the frame's checksum does.

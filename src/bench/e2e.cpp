@@ -234,7 +234,8 @@ int RunE2e(const E2eOptions& a) {
     if (!found) {
       std::cerr << "xsilo bench e2e: unknown backend '" << name << "' (known:";
       for (const auto& b : E2eBackends()) std::cerr << " " << b.name;
-      std::cerr << "; each with ~auto, ~lossless, ~bf16, ~fp16 or ~int8: compressed)\n";
+      std::cerr << "; each with ~auto, ~lossless, ~bf16, ~fp16, ~int8, ~topk or ~CAST+topk: "
+                   "compressed)\n";
       return 2;
     }
   }

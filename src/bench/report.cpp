@@ -51,7 +51,8 @@ bool SplitCompressionSuffix(const std::string& name, std::string* base,
     *base = name;
     return true;
   }
-  static const char* kCodecs[] = {"auto", "lossless", "bf16", "fp16", "int8"};
+  static const char* kCodecs[] = {"auto", "lossless",  "bf16",      "fp16",     "int8",
+                                  "topk", "bf16+topk", "fp16+topk", "int8+topk"};
   const std::string codec = name.substr(tilde + 1);
   if (tilde == 0 || std::find(std::begin(kCodecs), std::end(kCodecs), codec) == std::end(kCodecs))
     return false;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -52,6 +53,14 @@ struct Layout {
   uint64_t ShuffleElem() const {
     return quant == Quant::kNone ? elem : quant == Quant::kInt8 ? 1 : 2;
   }
+};
+
+// Top-k of one tensor (TensorRecipe::topk): the kept magnitude and the
+// error feedback in and out (null: none).
+struct TopK {
+  float threshold = 0;
+  const float* err_in = nullptr;
+  float* err_out = nullptr;
 };
 
 struct ChunkRec {
@@ -99,6 +108,7 @@ struct Worker {
   ZSTD_CCtx* cctx = nullptr;
   ZSTD_DCtx* dctx = nullptr;
   std::vector<uint8_t> a, b;
+  std::vector<float> target, decoded;  // top-k
   ~Worker() {
     ZSTD_freeCCtx(cctx);
     ZSTD_freeDCtx(dctx);
@@ -113,7 +123,7 @@ bool SameLayout(const Tensor& a, const Tensor& b) {
 
 // The quantization a tensor can take: lossy needs finite values (and the
 // half range for fp16, else bf16).
-Quant QuantFor(const Tensor& t, const Tensor* ref, Quant want) {
+Quant QuantFor(const Tensor& t, const Tensor* ref, Quant want, const float* err = nullptr) {
   if (want == Quant::kNone || !EligibleLossy(t)) return Quant::kNone;
   const float* x = reinterpret_cast<const float*>(t.data.data());
   const uint64_t n = t.nbytes() / 4;
@@ -124,11 +134,23 @@ Quant QuantFor(const Tensor& t, const Tensor* ref, Quant want) {
     float ramax = 0;
     if (!compress::FiniteAbsMax(r, n, &ramax)) return Quant::kNone;
     amax = 0;
-    for (uint64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i] - r[i]));
+    for (uint64_t i = 0; i < n; ++i)
+      amax = std::max(amax, std::fabs(x[i] - r[i] + (err ? err[i] : 0.0f)));
     if (!(amax <= 3.4028234663852886e38f)) return Quant::kNone;
   }
   if (want == Quant::kFP16 && amax > compress::kHalfMax) return Quant::kBF16;
   return want;
+}
+
+// Whether top-k can go on a tensor against its reference tensor: both
+// finite (a dropped NaN would stay in the residual for good).
+bool TopKApplies(const Tensor& t, const Tensor& ref) {
+  if (!EligibleLossy(t) || !SameLayout(t, ref)) return false;
+  float amax = 0;
+  return compress::FiniteAbsMax(reinterpret_cast<const float*>(t.data.data()), t.nbytes() / 4,
+                                &amax) &&
+         compress::FiniteAbsMax(reinterpret_cast<const float*>(ref.data.data()), ref.nbytes() / 4,
+                                &amax);
 }
 
 Layout MakeLayout(const Tensor& t, Quant quant, bool delta, const CompressOptions& o) {
@@ -148,8 +170,8 @@ Layout MakeLayout(const Tensor& t, Quant quant, bool delta, const CompressOption
 
 // Stage 1 + 2 of chunk i into w.a (or a pointer into the input when there
 // is nothing to do); returns the stage bytes and their checksum's subject.
-const uint8_t* EncodeStage(const Layout& l, const uint8_t* in, const uint8_t* ref, uint64_t n,
-                           Worker& w, uint64_t* sum) {
+const uint8_t* EncodeStageOf(const Layout& l, const uint8_t* in, const uint8_t* ref, uint64_t n,
+                             Worker& w, uint64_t* sum) {
   const uint64_t sb = l.StageBytes(n);
   const float* fin = reinterpret_cast<const float*>(in);
   const float* fref = reinterpret_cast<const float*>(ref);
@@ -173,10 +195,48 @@ const uint8_t* EncodeStage(const Layout& l, const uint8_t* in, const uint8_t* re
   return w.a.data();
 }
 
+// With top-k, the stage encodes the sparsified target (the chunk's first
+// value is element `first` of the tensor) and the residual is written.
+const uint8_t* EncodeStage(const Layout& l, const uint8_t* in, const uint8_t* ref, uint64_t n,
+                           Worker& w, uint64_t* sum, const TopK* topk = nullptr,
+                           uint64_t first = 0) {
+  const uint8_t* const x = in;
+  if (topk) {
+    w.target.resize(n);
+    compress::SparsifyTarget(
+        reinterpret_cast<const float*>(in), reinterpret_cast<const float*>(ref),
+        topk->err_in ? topk->err_in + first : nullptr, topk->threshold, w.target.data(), n);
+    in = reinterpret_cast<const uint8_t*>(w.target.data());
+  }
+  const uint8_t* stage = EncodeStageOf(l, in, ref, n, w, sum);
+  if (topk && topk->err_out) {
+    // What the receiver will decode: the target itself when lossless.
+    const float* decoded = w.target.data();
+    if (l.quant != Quant::kNone) {
+      w.decoded.resize(n);
+      const float* fref = reinterpret_cast<const float*>(ref);
+      if (l.quant == Quant::kInt8) {
+        const uint64_t blocks = (n + l.block - 1) / l.block;
+        compress::DecodeInt8(reinterpret_cast<const float*>(stage),
+                             reinterpret_cast<const int8_t*>(stage + 4 * blocks), fref,
+                             w.decoded.data(), n, l.block);
+      } else {
+        compress::DecodeHalf(reinterpret_cast<const uint16_t*>(stage), fref, w.decoded.data(), n,
+                             l.quant == Quant::kBF16);
+      }
+      decoded = w.decoded.data();
+    }
+    compress::ResidualOf(reinterpret_cast<const float*>(x),
+                         topk->err_in ? topk->err_in + first : nullptr, decoded,
+                         topk->err_out + first, n);
+  }
+  return stage;
+}
+
 // Encodes one tensor; false in *encoded when it did not get smaller.
 Status EncodeTensor(const Tensor& t, const Tensor* ref, const Layout& l, bool zstd,
                     const CompressOptions& o, Tensor* encoded, std::vector<ChunkRec>* recs,
-                    bool* smaller) {
+                    bool* smaller, const TopK* topk = nullptr) {
   const uint64_t chunks = l.chunks();
   const uint64_t slot = ZSTD_compressBound(l.StageBytes(l.chunk_elems));
   XSILO_ASSIGN_OR_RETURN(Buffer out, Buffer::Allocate(std::max<uint64_t>(1, chunks * slot)));
@@ -191,8 +251,8 @@ Status EncodeTensor(const Tensor& t, const Tensor* ref, const Layout& l, bool zs
     const uint64_t n = l.ChunkElems(i);
     const uint64_t off = i * l.chunk_elems * l.elem;
     ChunkRec& rec = (*recs)[i];
-    const uint8_t* stage =
-        EncodeStage(l, base + off, rbase ? rbase + off : nullptr, n, w, &rec.sum);
+    const uint8_t* stage = EncodeStage(l, base + off, rbase ? rbase + off : nullptr, n, w, &rec.sum,
+                                       topk, i * l.chunk_elems);
     const uint64_t sb = l.StageBytes(n);
     uint8_t* slot_dst = dst + i * slot;
     if (zstd) {
@@ -229,7 +289,7 @@ Status EncodeTensor(const Tensor& t, const Tensor* ref, const Layout& l, bool zs
   return Status::OK();
 }
 
-Json LayoutJson(const Layout& l, bool zstd, const std::vector<ChunkRec>& recs) {
+Json LayoutJson(const Layout& l, bool zstd, const std::vector<ChunkRec>& recs, double topk) {
   Json c = Json::array();
   for (const auto& r : recs) c.push_back(Json::array({r.len, r.z ? 1 : 0, r.sum}));
   Json j = {{"dtype", DTypeName(l.dtype)},
@@ -240,6 +300,7 @@ Json LayoutJson(const Layout& l, bool zstd, const std::vector<ChunkRec>& recs) {
             {"ce", l.chunk_elems},
             {"chunks", std::move(c)}};
   if (l.quant == Quant::kInt8) j["block"] = l.block;
+  if (topk > 0) j["topk"] = topk;  // for the reader: decoding does not need it
   return j;
 }
 
@@ -422,7 +483,8 @@ uint64_t CompressibleBytes(const TensorMap& tensors, const TensorRecipe& recipe,
 }
 
 Status CompressMessage(Message* m, const TensorRecipe& recipe, const CompressOptions& options,
-                       const TensorMap* reference, int64_t reference_key, CompressStats* stats) {
+                       const TensorMap* reference, int64_t reference_key, CompressStats* stats,
+                       TensorMap* residual) {
   if (m->params.count(kCodecParam)) return InvalidArgument("message is compressed already");
   const auto start = Clock::now();
   Json tensors = Json::object();
@@ -435,20 +497,41 @@ Status CompressMessage(Message* m, const TensorRecipe& recipe, const CompressOpt
       auto it = reference->find(name);
       if (it != reference->end() && SameLayout(it->second, t)) ref = &it->second;
     }
-    const Quant q = QuantFor(t, ref, recipe.quant);
-    if (q == Quant::kNone && !recipe.zstd) continue;  // nothing to do for it
+    // Top-k: a delta of finite F32 values against a finite reference, with
+    // the residual of the last update (if any) added.
+    std::optional<TopK> topk;
+    Buffer err_out;
+    if (recipe.topk > 0 && ref && EligibleLossy(t) && TopKApplies(t, *ref)) {
+      topk.emplace();
+      if (residual) {
+        auto e = residual->find(name);
+        if (e != residual->end() && SameLayout(e->second, t) && TopKApplies(e->second, *ref))
+          topk->err_in = reinterpret_cast<const float*>(e->second.data.data());
+        XSILO_ASSIGN_OR_RETURN(err_out, Buffer::Allocate(t.nbytes()));
+        topk->err_out = reinterpret_cast<float*>(err_out.mutable_data());
+      }
+      topk->threshold = compress::TopKThreshold(reinterpret_cast<const float*>(t.data.data()),
+                                                reinterpret_cast<const float*>(ref->data.data()),
+                                                topk->err_in, t.nbytes() / 4, recipe.topk);
+    }
+    const Quant q = QuantFor(t, ref, recipe.quant, topk ? topk->err_in : nullptr);
+    if (q == Quant::kNone && !recipe.zstd && !topk) continue;  // nothing to do for it
     const Layout l = MakeLayout(t, q, ref != nullptr, options);
     Tensor enc;
     std::vector<ChunkRec> recs;
     bool smaller = false;
-    XSILO_RETURN_IF_ERROR(EncodeTensor(t, ref, l, recipe.zstd, options, &enc, &recs, &smaller)
+    XSILO_RETURN_IF_ERROR(EncodeTensor(t, ref, l, recipe.zstd, options, &enc, &recs, &smaller,
+                                       topk ? &*topk : nullptr)
                               .WithContext("compressing tensor '" + name + "'"));
-    if (!smaller) continue;
+    if (!smaller) continue;  // sent whole: its residual stays as it was
+    if (topk && residual) {
+      XSILO_ASSIGN_OR_RETURN((*residual)[name], Tensor::Make(t.dtype, t.shape, std::move(err_out)));
+    }
     st.raw_bytes += t.nbytes();
     st.encoded_bytes += enc.nbytes();
     ++st.tensors;
     any_delta |= l.delta;
-    tensors[name] = LayoutJson(l, recipe.zstd, recs);
+    tensors[name] = LayoutJson(l, recipe.zstd, recs, topk ? recipe.topk : 0);
     t = std::move(enc);
   }
   st.seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace xsilo::compress {
 namespace {
@@ -163,6 +164,36 @@ void DecodeInt8(const float* scales, const int8_t* q, const float* ref, float* o
       out[b0 + i] = ref ? ref[b0 + i] + v : v;
     }
   }
+}
+
+float TopKThreshold(const float* in, const float* ref, const float* err, size_t n,
+                    double fraction) {
+  constexpr float kLeast = 1.40129846e-45f;  // the least positive float
+  if (n == 0 || fraction >= 1) return kLeast;
+  constexpr size_t kSample = 65536;
+  const size_t stride = std::max<size_t>(1, n / kSample);
+  std::vector<float> mag;
+  mag.reserve(std::min(n, kSample) + 1);
+  for (size_t i = 0; i < n; i += stride) {
+    mag.push_back(std::fabs(in[i] - ref[i] + (err ? err[i] : 0.0f)));
+  }
+  // The value with about `fraction` of the sample at or above it.
+  const size_t keep = std::max<size_t>(1, static_cast<size_t>(fraction * double(mag.size())));
+  auto kth = mag.begin() + static_cast<std::ptrdiff_t>(mag.size() - keep);
+  std::nth_element(mag.begin(), kth, mag.end());
+  return std::max(*kth, kLeast);
+}
+
+void SparsifyTarget(const float* in, const float* ref, const float* err, float thr, float* target,
+                    size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float d = in[i] - ref[i] + (err ? err[i] : 0.0f);
+    target[i] = std::fabs(d) >= thr ? ref[i] + d : ref[i];
+  }
+}
+
+void ResidualOf(const float* in, const float* err, const float* decoded, float* err_out, size_t n) {
+  for (size_t i = 0; i < n; ++i) err_out[i] = in[i] + (err ? err[i] : 0.0f) - decoded[i];
 }
 
 }  // namespace xsilo::compress

@@ -42,4 +42,18 @@ void EncodeInt8(const float* in, const float* ref, float* scales, int8_t* q, siz
 void DecodeInt8(const float* scales, const int8_t* q, const float* ref, float* out, size_t n,
                 size_t block);
 
+// Top-k sparsification of an update (in - ref + err, err may be null): the
+// magnitude at or above which a value of it is kept so that about
+// `fraction` of the n values are, from an even sample of at most 65536 of
+// them. Never below the least positive float: unchanged values are never
+// kept. Callers check the inputs are finite first.
+float TopKThreshold(const float* in, const float* ref, const float* err, size_t n, double fraction);
+// target[i] = ref[i] + d where d = in[i] - ref[i] + err[i] has |d| >= thr,
+// else ref[i] exactly (err may be null).
+void SparsifyTarget(const float* in, const float* ref, const float* err, float thr, float* target,
+                    size_t n);
+// err_out[i] = in[i] + err[i] - decoded[i] (err may be null): what the
+// receiver's `decoded` still lacks, carried into the next update.
+void ResidualOf(const float* in, const float* err, const float* decoded, float* err_out, size_t n);
+
 }  // namespace xsilo::compress

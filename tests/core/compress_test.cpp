@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -303,6 +304,152 @@ TEST(Compress, LossyDeltaIsBoundedByTheDifference) {
       }
     }
   }
+}
+
+// Top-k keeps the largest changes exactly and leaves every other value
+// at the reference's own bits; the residual is what the receiver lacks.
+TEST(Compress, TopKKeepsTheLargestChangesExactlyAndTheResidualHoldsTheRest) {
+  const std::vector<float> base = Weights(200000, 41);
+  std::vector<float> next = base;
+  std::mt19937 rng(43);
+  std::normal_distribution<float> step(0, 1e-3f);
+  for (auto& x : next) x += step(rng);
+  TensorMap reference, residual;
+  reference.emplace("w", TensorOf(DType::kF32, base));
+  Message m;
+  m.tensors.emplace("w", TensorOf(DType::kF32, next));
+  CompressStats st;
+  ASSERT_TRUE(CompressMessage(&m, {.delta = true, .topk = 0.02}, SmallChunks(2), &reference, 7, &st,
+                              &residual)
+                  .ok());
+  const Json table = TableOf(m);
+  EXPECT_EQ(table["t"]["w"]["topk"], 0.02);
+  EXPECT_EQ(table["t"]["w"]["q"], "none");
+  // About 2% of the values, each a few bytes after zstd.
+  EXPECT_LT(st.ratio(), 0.08) << st.encoded_bytes;
+  ASSERT_TRUE(DecompressMessage(&m, [&](int64_t) { return &reference; }).ok());
+  ASSERT_EQ(residual.count("w"), 1u);
+  const float* y = Floats(m.tensors.at("w"));
+  const float* e = Floats(residual.at("w"));
+  size_t kept = 0;
+  float least_kept = std::numeric_limits<float>::infinity(), most_dropped = 0;
+  for (size_t i = 0; i < next.size(); ++i) {
+    const float d = next[i] - base[i];
+    if (std::memcmp(&y[i], &base[i], 4) == 0 && d != 0) {
+      most_dropped = std::max(most_dropped, std::fabs(d));
+    } else {
+      ASSERT_EQ(y[i], base[i] + d) << i;  // kept: exactly what the sender computed
+      least_kept = std::min(least_kept, std::fabs(d));
+      ++kept;
+    }
+    ASSERT_EQ(e[i], next[i] - y[i]) << i;
+  }
+  EXPECT_GE(least_kept, most_dropped);
+  // The threshold comes from a sample: about 2%.
+  EXPECT_GT(kept, next.size() * 15 / 1000);
+  EXPECT_LT(kept, next.size() * 25 / 1000);
+}
+
+// With error feedback, what one update drops rides on the next ones: the
+// changes delivered plus the residual add up to every change made, and
+// the same repeated change reaches most values, where without feedback
+// the same tenth is sent every time.
+TEST(Compress, ErrorFeedbackDeliversWhatTopKDropped) {
+  const std::vector<float> base = Weights(50000, 47);
+  std::vector<float> next = base;
+  std::mt19937 rng(53);
+  std::normal_distribution<float> step(0, 1e-3f);
+  for (auto& x : next) x += step(rng);
+  TensorMap reference;
+  reference.emplace("w", TensorOf(DType::kF32, base));
+  for (bool feedback : {true, false}) {
+    TensorMap residual;
+    std::vector<double> delivered(next.size(), 0);
+    std::vector<bool> ever(next.size(), false);
+    constexpr int kRounds = 30;
+    for (int r = 0; r < kRounds; ++r) {
+      Message m;
+      m.tensors.emplace("w", TensorOf(DType::kF32, next));
+      ASSERT_TRUE(CompressMessage(&m, {.delta = true, .topk = 0.1}, SmallChunks(2), &reference, 1,
+                                  nullptr, feedback ? &residual : nullptr)
+                      .ok());
+      ASSERT_TRUE(DecompressMessage(&m, [&](int64_t) { return &reference; }).ok());
+      const float* y = Floats(m.tensors.at("w"));
+      for (size_t i = 0; i < next.size(); ++i) {
+        delivered[i] += double(y[i]) - double(base[i]);
+        if (y[i] != base[i]) ever[i] = true;
+      }
+    }
+    const size_t reached = static_cast<size_t>(std::count(ever.begin(), ever.end(), true));
+    if (feedback) {
+      const float* e = Floats(residual.at("w"));
+      for (size_t i = 0; i < next.size(); ++i) {
+        const double made = kRounds * (double(next[i]) - double(base[i]));
+        ASSERT_NEAR(delivered[i] + e[i], made, 1e-6) << i;
+      }
+      // 0.81 of them here after 30 rounds (the smallest changes need
+      // many rounds to add up to the threshold), against 0.10 without.
+      EXPECT_GT(reached, next.size() * 60 / 100);
+    } else {
+      EXPECT_LT(reached, next.size() * 12 / 100);
+    }
+  }
+}
+
+// Top-k with a cast on the kept changes: dropped values stay the
+// reference's bits (a zero block quantizes to zero), kept ones are within
+// the cast's bound, and the residual accounts for both.
+TEST(Compress, TopKWithACastBoundsTheKeptAndAccountsForTheRest) {
+  const std::vector<float> base = Weights(100000, 59);
+  std::vector<float> next = base;
+  for (size_t i = 0; i < next.size(); ++i) next[i] += 1e-3f * std::sin(0.37f * float(i));
+  TensorMap reference;
+  reference.emplace("w", TensorOf(DType::kF32, base));
+  for (Quant q : {Quant::kBF16, Quant::kInt8}) {
+    TensorMap residual;
+    Message m;
+    m.tensors.emplace("w", TensorOf(DType::kF32, next));
+    ASSERT_TRUE(CompressMessage(&m, {.quant = q, .delta = true, .topk = 0.05}, SmallChunks(2),
+                                &reference, 1, nullptr, &residual)
+                    .ok());
+    EXPECT_EQ(TableOf(m)["t"]["w"]["q"], QuantName(q));
+    ASSERT_TRUE(DecompressMessage(&m, [&](int64_t) { return &reference; }).ok());
+    const float* y = Floats(m.tensors.at("w"));
+    const float* e = Floats(residual.at("w"));
+    size_t at_reference = 0;
+    for (size_t i = 0; i < next.size(); ++i) {
+      if (std::memcmp(&y[i], &base[i], 4) == 0) ++at_reference;
+      const double d = double(next[i]) - double(base[i]);
+      // Kept: within the cast's bound of the change (2e-3 bounds every
+      // block's absmax); dropped: the reference itself.
+      ASSERT_TRUE(y[i] == base[i] || std::fabs(double(y[i]) - double(next[i])) <=
+                                         QuantErrorBound(q, static_cast<float>(d), 2e-3f) + 1e-8)
+          << QuantName(q) << " " << i;
+      ASSERT_NEAR(double(y[i]) + double(e[i]), double(next[i]), 1e-8) << QuantName(q) << i;
+    }
+    EXPECT_GT(at_reference, next.size() * 90 / 100) << QuantName(q);
+  }
+}
+
+// A tensor with a non-finite value, or with no reference, takes no top-k:
+// it arrives exactly, and leaves no residual.
+TEST(Compress, TopKSkipsNonFiniteTensorsAndTensorsWithoutAReference) {
+  std::vector<float> base = Weights(70000, 61), next = base;
+  for (auto& x : next) x += 1e-3f;
+  next[123] = std::numeric_limits<float>::quiet_NaN();
+  TensorMap reference, residual;
+  reference.emplace("w", TensorOf(DType::kF32, base));
+  Message m;
+  m.tensors.emplace("w", TensorOf(DType::kF32, next));
+  m.tensors.emplace("v", TensorOf(DType::kF32, Weights(70000, 67)));  // no reference
+  const TensorMap sent = m.tensors;
+  ASSERT_TRUE(
+      CompressMessage(&m, {.delta = true, .topk = 0.01}, {}, &reference, 1, nullptr, &residual)
+          .ok());
+  ASSERT_TRUE(DecompressMessage(&m, [&](int64_t) { return &reference; }).ok());
+  EXPECT_TRUE(SameBytes(m.tensors.at("w"), sent.at("w")));
+  EXPECT_TRUE(SameBytes(m.tensors.at("v"), sent.at("v")));
+  EXPECT_TRUE(residual.empty());
 }
 
 TEST(Compress, DeltaWithoutTheReferenceIsRefusedAndLeavesTheMessage) {

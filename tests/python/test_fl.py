@@ -138,6 +138,40 @@ def test_compression_keeps_the_clients_changes_and_the_dtype(codec):
         assert err < 2e-4, err
 
 
+class PatternTrainer(SmallStepTrainer):
+    """Training moves each weight by its own amount: 1e-3 x rank x a fixed
+    normal pattern, so top-k has an order to keep."""
+
+    pattern = torch.randn(1 << 16, generator=torch.Generator().manual_seed(5))
+
+    def train(self, epochs, steps):
+        self.w += 1e-3 * self.rank * self.pattern
+        return {"samples": self.rank, "loss": 1.0}
+
+
+def test_topk_updates_carry_the_largest_changes_of_each_client():
+    # compression=topk keeps a tenth of each update's changes, exactly: the
+    # averaged model moved where either client's largest changes were, by
+    # the changes those clients made there, and nowhere else.
+    torch.manual_seed(0)
+    initial = torch.randn(1 << 16)
+    options = {"compression": "topk", "compression.when": "always",
+               "compression.topk_fraction": "0.1"}
+    job, results = run_job("fl-topk", [PatternTrainer(1), PatternTrainer(2)],
+                           initial={"w": initial.clone()}, options=options, rounds=1)
+    assert all(results[r]["finished"] for r in (1, 2)), results
+    w = job["model"]["w"].torch()
+    assert w.dtype == torch.float32
+    # (The average of equal floats need not be exactly them: a tolerance.)
+    moved = (w - initial).abs() > 1e-5
+    # Both clients rank the same pattern: the same ~tenth of the weights.
+    assert 0.08 < moved.float().mean().item() < 0.12, moved.float().mean().item()
+    big = PatternTrainer.pattern.abs() >= PatternTrainer.pattern.abs()[moved].min()
+    assert torch.equal(moved, big)
+    want = initial + 1e-3 * (1 * 1 + 2 * 2) / 3 * PatternTrainer.pattern
+    assert (w - want)[moved].abs().max().item() < 1e-6
+
+
 def test_a_trainer_exception_fails_that_client_with_its_text():
     job, results = run_job("fl-raise", [CountingTrainer(1), CountingTrainer(2, fail="raise")],
                            rounds=1, quorum=1, round_deadline=10, finish=False)

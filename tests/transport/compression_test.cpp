@@ -136,6 +136,15 @@ TEST(CompressionOptions, ParseAndRefuseClearly) {
   EXPECT_DOUBLE_EQ(p.link_Bps_prior, 16.3e6);
   EXPECT_TRUE(p.always);
   EXPECT_EQ(rest.backend.size(), 1u);
+  EXPECT_EQ(p.topk, 0);
+  o.backend = {{"compression", "int8+topk"}, {"compression.topk_fraction", "0.05"}};
+  ASSERT_TRUE(*ParseCompressionOptions(o, &p, &rest));
+  EXPECT_EQ(p.allowed, Quant::kInt8);
+  EXPECT_DOUBLE_EQ(p.topk, 0.05);
+  o.backend = {{"compression", "topk"}};
+  ASSERT_TRUE(*ParseCompressionOptions(o, &p, &rest));
+  EXPECT_EQ(p.allowed, Quant::kNone);
+  EXPECT_DOUBLE_EQ(p.topk, 0.01);
 
   for (const auto& bad : std::vector<std::map<std::string, std::string>>{
            {{"compression", "gzip"}},
@@ -145,7 +154,11 @@ TEST(CompressionOptions, ParseAndRefuseClearly) {
            {{"compression", "int8"}, {"compression.int8_block", "100"}},
            {{"compression", "lossless"}, {"compression.when", "sometimes"}},
            {{"compression", "lossless"}, {"compression.link_MBps", "-1"}},
-           {{"compression", "lossless"}, {"compression.speed", "1"}}}) {
+           {{"compression", "lossless"}, {"compression.speed", "1"}},
+           {{"compression", "lossless+topk"}},
+           {{"compression", "topk"}, {"compression.topk_fraction", "0"}},
+           {{"compression", "topk"}, {"compression.topk_fraction", "1.5"}},
+           {{"compression", "int8"}, {"compression.topk_fraction", "0.1"}}}) {
     o.backend = bad;
     auto r = ParseCompressionOptions(o, &p, &rest);
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad.begin()->first;
@@ -331,6 +344,65 @@ TEST(CompressingTransport, LossyCodecsGoOnlyOnTheDeltaOfAnUpdate) {
   why = CompressionSummaryOf(*world[1])->last_choice;
   EXPECT_NE(why.find("int8"), std::string::npos) << why;
   EXPECT_NE(why.substr(0, why.find(" at ")).find("delta"), std::string::npos) << why;
+}
+
+// Top-k through the decorator: an update keeps about the fraction asked
+// of its changes, and the error feedback is kept per destination: the
+// same change sent again goes out mostly on the values the first one
+// dropped (they now carry two rounds of change), where without feedback
+// it would keep the same values again.
+TEST(CompressingTransport, TopKUpdatesCarryWhatTheLastOneDropped) {
+  auto world = World(2, "compression-topk",
+                     {{"compression", "topk"},
+                      {"compression.when", "always"},
+                      {"compression.topk_fraction", "0.1"}});
+  ASSERT_EQ(world.size(), 2u);
+  const auto w = Weights(1 << 17, 71);
+  Message model;
+  model.params[kDeltaRefParam] = int64_t{1};
+  model.tensors["w"] = F32(w);
+  ASSERT_TRUE(world[0]->Send(1, model, 30s).ok());
+  auto held = world[1]->Receive(30s);
+  ASSERT_TRUE(held.ok());
+  std::vector<float> trained = Floats(held->tensors.at("w"));
+  std::mt19937 rng(73);
+  std::normal_distribution<float> step(0, 1e-3f);
+  for (auto& x : trained) x += step(rng);
+  std::vector<std::vector<bool>> kept;
+  for (int round = 0; round < 2; ++round) {
+    Message u;
+    u.params[kDeltaBaseParam] = int64_t{1};
+    u.tensors["w"] = F32(trained);
+    ASSERT_TRUE(world[1]->Send(0, u, 30s).ok());
+    auto got = world[0]->Receive(30s);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    const std::string why = CompressionSummaryOf(*world[1])->last_choice;
+    EXPECT_NE(why.find("top-0.1000 delta"), std::string::npos) << why;
+    const auto y = Floats(got->tensors.at("w"));
+    std::vector<bool> k(y.size());
+    size_t n = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      k[i] = y[i] != w[i];
+      if (k[i]) {
+        // A kept value is the reference plus the change (and, in round 2,
+        // plus what round 1 left of it): the trained value or further.
+        EXPECT_GE(std::fabs(double(y[i]) - w[i]), std::fabs(double(trained[i]) - w[i]) * 0.999)
+            << i;
+        ++n;
+      }
+    }
+    EXPECT_GT(n, y.size() * 8 / 100) << round;
+    EXPECT_LT(n, y.size() * 12 / 100) << round;
+    kept.push_back(std::move(k));
+  }
+  size_t both = 0, second = 0;
+  for (size_t i = 0; i < w.size(); ++i) {
+    second += kept[1][i];
+    both += kept[0][i] && kept[1][i];
+  }
+  // Round 2 ranks the dropped values' doubled change above the kept
+  // values' single one: few values are kept twice.
+  EXPECT_LT(both, second / 4) << both << " of " << second;
 }
 
 // A lossy model under a key older than the two kept is dropped at once on

@@ -54,6 +54,12 @@ struct TensorRecipe {
   Quant quant = Quant::kNone;
   bool zstd = true;    // shuffle + zstd after quantization
   bool delta = false;  // against the reference (when the message has one)
+  // Top-k sparsification of a delta (lossy, F32 tensors whose values, and
+  // reference, are finite): about this fraction of each tensor's changes,
+  // the largest in magnitude, is kept, the rest sent as no change at all.
+  // 0: off. With error feedback (CompressMessage's `residual`) what is
+  // dropped is added to the next update instead of lost.
+  double topk = 0;
 };
 
 struct CompressOptions {
@@ -86,9 +92,18 @@ struct CompressStats {
 // the codec table. `reference_key` names the reference in the table.
 // Tensors are replaced by their encoded form; a message with nothing
 // worth encoding is left unchanged (no table).
+//
+// Top-k (recipe.topk > 0, delta tensors only): each kept value becomes
+// reference + (value - reference + residual), each other one the
+// reference's own; the decoder needs nothing new (a kept change is an
+// ordinary delta, a dropped one a zero delta). `residual`, when given,
+// is the error feedback: its tensor of the same name, dtype and shape is
+// added to the update before selection, and is replaced by what the
+// receiver's decoded tensor still lacks (value + residual - decoded);
+// a tensor that travels without top-k leaves its residual as it was.
 Status CompressMessage(Message* m, const TensorRecipe& recipe, const CompressOptions& options,
                        const TensorMap* reference = nullptr, int64_t reference_key = 0,
-                       CompressStats* stats = nullptr);
+                       CompressStats* stats = nullptr, TensorMap* residual = nullptr);
 
 // Finds the reference a message's table names (nullptr when none is
 // held). Called at most once per message.

@@ -6,10 +6,13 @@
 // bytes.
 //
 // Backend options (removed before the inner backend sees its options):
-//   compression=none|auto|lossless|bf16|fp16|int8
+//   compression=none|auto|lossless|bf16|fp16|int8|topk|CAST+topk
 //       the codecs the job allows: auto and lossless allow only lossless
 //       zstd; bf16, fp16 and int8 allow that cast (with or without zstd
-//       after it) as well as lossless. none: no decorator at all.
+//       after it) as well as lossless. topk allows top-k sparsification of
+//       updates' deltas (with error feedback, kept values exact), and
+//       CAST+topk that with the cast on the kept values. none: no
+//       decorator at all.
 //   compression.when=auto|always   auto (default): per message, only where
 //       the prediction says it pays; always: the strongest allowed codec on
 //       every eligible message.
@@ -20,6 +23,8 @@
 //   compression.min_message_bytes=1048576  auto never compresses below this
 //   compression.link_MBps=0        the link's throughput to assume before a
 //       send to the peer was measured (0: send uncompressed and measure)
+//   compression.topk_fraction=0.01 the fraction of an update's changes
+//       top-k keeps (0 < f <= 1)
 //
 // Threading: a send is encoded on the calling thread (SendAsync returns
 // after encoding; the inner send is asynchronous as before); a message is
@@ -45,6 +50,8 @@ struct CompressionPolicy {
   CompressOptions codec;
   uint64_t min_message_bytes = 1 << 20;
   double link_Bps_prior = 0;
+  // Top-k's fraction kept (0: top-k not allowed). Updates only.
+  double topk = 0;
   // A codec must beat sending as it is by this fraction of the time.
   double margin = 0.05;
 };

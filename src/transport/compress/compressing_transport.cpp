@@ -38,6 +38,7 @@ std::string Fixed(double x, int digits) {
 std::string RecipeName(const TensorRecipe& r) {
   std::string s = r.quant == Quant::kNone ? "lossless" : std::string(QuantName(r.quant));
   if (r.quant != Quant::kNone && r.zstd) s += "+zstd";
+  if (r.topk > 0) s += " top-" + Fixed(r.topk, 4);
   if (r.delta) s += " delta";
   return s;
 }
@@ -152,9 +153,17 @@ class CompressingTransport final : public ForwardingTransport {
 
     CompressStats st;
     if (choice.compress) {
+      // Top-k's error feedback: what the last update to these peers left
+      // out is added to this one (one update at a time per peer set).
+      std::unique_lock<std::mutex> ef;
+      TensorMap* residual = nullptr;
+      if (choice.recipe.topk > 0) {
+        ef = std::unique_lock<std::mutex>(residual_mu_);
+        residual = &residuals_[peers];
+      }
       XSILO_RETURN_IF_ERROR(CompressMessage(m, choice.recipe, o,
                                             choice.recipe.delta ? reference.get() : nullptr,
-                                            base.value_or(0), &st)
+                                            base.value_or(0), &st, residual)
                                 .WithContext("compressing the message"));
       if (st.tensors > 0) {
         choice.reason += "; sent " + Fixed(st.ratio(), 3) + " of " + std::to_string(st.raw_bytes) +
@@ -224,6 +233,7 @@ class CompressingTransport final : public ForwardingTransport {
     r.quant = policy_.allowed;
     r.zstd = true;
     r.delta = delta;
+    if (delta) r.topk = policy_.topk;
     return r;
   }
 
@@ -265,6 +275,12 @@ class CompressingTransport final : public ForwardingTransport {
       if (policy_.allowed != Quant::kNone && (delta || !update)) {
         recipes.push_back({policy_.allowed, false, delta});
         recipes.push_back({policy_.allowed, true, delta});
+      }
+      // Top-k goes on deltas only (it drops changes, not values).
+      if (delta && policy_.topk > 0) {
+        recipes.push_back({Quant::kNone, true, true, policy_.topk});
+        if (policy_.allowed != Quant::kNone)
+          recipes.push_back({policy_.allowed, true, true, policy_.topk});
       }
     }
     const int threads = EffectiveThreads(policy_.codec.threads);
@@ -311,9 +327,9 @@ class CompressingTransport final : public ForwardingTransport {
       if (it == speeds_.end() || Clock::now() - it->second.at > kSpeedMemo) return false;
       memo = it->second;
     }
-    return CompressionCannotPay(eligible, static_cast<uint64_t>(bytes), link_Bps, threads,
-                                memo.encode_Bps, memo.decode_Bps,
-                                r.zstd ? 0.0 : QuantFloorRatio(r.quant), policy_.margin);
+    return CompressionCannotPay(
+        eligible, static_cast<uint64_t>(bytes), link_Bps, threads, memo.encode_Bps, memo.decode_Bps,
+        r.zstd || r.topk > 0 ? 0.0 : QuantFloorRatio(r.quant), policy_.margin);
   }
 
   // The encoded size of a float32 value cast by `q` without zstd, over 4.
@@ -459,6 +475,10 @@ class CompressingTransport final : public ForwardingTransport {
   };
   static constexpr auto kSpeedMemo = std::chrono::seconds(10);
   std::map<std::string, SpeedMemo> speeds_;
+  // Top-k's error feedback, per set of destinations: what the updates sent
+  // to them so far left out (CompressMessage's `residual`).
+  std::mutex residual_mu_;
+  std::map<std::vector<int32_t>, TensorMap> residuals_;
 };
 
 Result<double> ParseDouble(const std::string& key, const std::string& s) {
@@ -537,9 +557,22 @@ Result<bool> ParseCompressionOptions(const TransportOptions& options, Compressio
   }
   if (own.empty()) return false;
   CompressionPolicy p;
-  const std::string mode = own.count("compression") ? own["compression"] : "";
+  std::string mode = own.count("compression") ? own["compression"] : "";
   if (mode.empty()) {
-    return InvalidArgument("compression.* options need compression=auto|lossless|bf16|fp16|int8");
+    return InvalidArgument(
+        "compression.* options need compression=auto|lossless|bf16|fp16|int8|topk|CAST+topk");
+  }
+  bool topk = false;
+  if (mode == "topk") {
+    topk = true;
+    mode = "lossless";
+  } else if (mode.size() > 5 && mode.compare(mode.size() - 5, 5, "+topk") == 0) {
+    topk = true;
+    mode.resize(mode.size() - 5);
+    if (mode != "bf16" && mode != "fp16" && mode != "int8") {
+      return InvalidArgument("compression='" + own["compression"] +
+                             "': top-k goes with bf16, fp16 or int8 (or alone: topk)");
+    }
   }
   if (mode == "none") return false;
   if (mode == "auto" || mode == "lossless") {
@@ -552,7 +585,8 @@ Result<bool> ParseCompressionOptions(const TransportOptions& options, Compressio
     p.allowed = Quant::kInt8;
   } else {
     return InvalidArgument("compression='" + mode +
-                           "' is none of none, auto, lossless, bf16, fp16, int8");
+                           "' is none of none, auto, lossless, bf16, fp16, int8, topk, "
+                           "bf16+topk, fp16+topk, int8+topk");
   }
   auto number = [&](const std::string& key, double fallback) -> Result<double> {
     auto it = own.find(key);
@@ -567,7 +601,8 @@ Result<bool> ParseCompressionOptions(const TransportOptions& options, Compressio
                                                  "compression.int8_block",
                                                  "compression.min_tensor_bytes",
                                                  "compression.min_message_bytes",
-                                                 "compression.link_MBps"};
+                                                 "compression.link_MBps",
+                                                 "compression.topk_fraction"};
     if (!kKnown.count(k)) {
       std::string list;
       for (const auto& n : kKnown) list += (list.empty() ? "" : ", ") + n;
@@ -586,6 +621,13 @@ Result<bool> ParseCompressionOptions(const TransportOptions& options, Compressio
   XSILO_ASSIGN_OR_RETURN(double min_tensor, number("compression.min_tensor_bytes", 64 << 10));
   XSILO_ASSIGN_OR_RETURN(double min_message, number("compression.min_message_bytes", 1 << 20));
   XSILO_ASSIGN_OR_RETURN(double mbps, number("compression.link_MBps", 0));
+  XSILO_ASSIGN_OR_RETURN(double fraction, number("compression.topk_fraction", 0.01));
+  if (!(fraction > 0) || fraction > 1) {
+    return InvalidArgument("compression.topk_fraction must be in (0, 1]");
+  }
+  if (own.count("compression.topk_fraction") && !topk) {
+    return InvalidArgument("compression.topk_fraction needs compression=topk or CAST+topk");
+  }
   if (level < 1 || level > 19 || level != static_cast<int>(level)) {
     return InvalidArgument("compression.level must be an integer in 1..19");
   }
@@ -602,6 +644,7 @@ Result<bool> ParseCompressionOptions(const TransportOptions& options, Compressio
   p.codec.min_tensor_bytes = static_cast<uint64_t>(min_tensor);
   p.min_message_bytes = static_cast<uint64_t>(min_message);
   p.link_Bps_prior = mbps * 1e6;
+  p.topk = topk ? fraction : 0;
   *policy = p;
   return true;
 }
