@@ -124,6 +124,10 @@ void HybridTransport::FetchLoop() {
       continue;
     }
     int32_t sender = m.sender;
+    if (router_ && fetched.bytes >= (1u << 20) && fetched.micros > 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      fetched_Bps_[sender] = static_cast<double>(fetched.bytes) * 1e6 / double(fetched.micros);
+    }
     // A probe is measured, never delivered.
     if (m.type != kProbeType && !Deliver(std::move(m), [this] { return stopping(); }).ok()) {
       return;

@@ -153,11 +153,18 @@ class HybridTransport final : public Transport {
   std::string_view name() const override { return name_; }
   const std::shared_ptr<Connector>& connector() const { return connector_; }
   std::string RouteReason() const override { return router_ ? router_->last_reason() : ""; }
+  // The router's figure for sends to `peer`; before any was measured, what
+  // our own fetches of the peer's stored objects achieved (our path to the
+  // store, which our uploads take too), so that a client's first update is
+  // judged by the model it just pulled. 0 when neither exists.
   double MeasuredGoodputBps(int32_t peer) override {
     if (!router_) return 0;
     const LinkEstimate e = router_->EstimateOf(peer);
-    if (e.samples == 0) return 0;
-    return std::max({0.0, e.one_stream_Bps, e.aggregate_Bps});
+    const double out = e.samples == 0 ? 0 : std::max({0.0, e.one_stream_Bps, e.aggregate_Bps});
+    if (out > 0) return out;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = fetched_Bps_.find(peer);
+    return it == fetched_Bps_.end() ? 0 : it->second;
   }
 
   Status Start() override;
@@ -390,6 +397,9 @@ class HybridTransport final : public Transport {
   std::map<std::string, Issued> issued_;         // issued, by key id
   std::map<int32_t, size_t> issued_per_peer_;
   std::set<std::string> probes_out_;  // store probes awaiting their ack, by key id
+  // Goodput of our fetches of each peer's objects (1 MiB or more), the
+  // last one's (MeasuredGoodputBps).
+  std::map<int32_t, double> fetched_Bps_;
   std::vector<std::thread> workers_;
   std::deque<int32_t> probe_queue_;  // peers to probe (adaptive)
   std::thread prober_;

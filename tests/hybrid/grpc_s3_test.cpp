@@ -356,6 +356,37 @@ TEST(GrpcS3Embedded, ObjectsLiveInTmpfsAndGoWithTheTransport) {
   EXPECT_TRUE(OurEmbeddedDirs().empty());
 }
 
+// A party that has only received from a peer still has a figure for the
+// link to it: its own fetch of the peer's stored object (the compression
+// decorator decides a client's first update by it). On loopback the
+// server's first big message is preceded by a store probe the client
+// fetches.
+TEST(AutoS3, AReceiverKnowsTheLinkFromItsOwnFetchBeforeItSends) {
+  std::string address = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
+  auto party = [&](int rank) {
+    TransportOptions o;
+    o.rank = rank;
+    o.world_size = 2;
+    o.address = address;
+    return TransportRegistry::Global().Create("auto+s3", o);
+  };
+  auto server = party(0);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto client = party(1);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  std::thread start([&] { ASSERT_TRUE((*server)->Start().ok()); });
+  ASSERT_TRUE((*client)->Start().ok());
+  start.join();
+  EXPECT_EQ((*client)->MeasuredGoodputBps(0), 0);
+  ASSERT_TRUE((*server)->Send(1, PatternMessage(12 << 20, 1, 0), 60s).ok());
+  auto got = (*client)->Receive(60s);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(PatternIntact(*got));
+  EXPECT_GT((*client)->MeasuredGoodputBps(0), 0);
+  (*client)->Stop();
+  (*server)->Stop();
+}
+
 // store.tls_cert/tls_key put the embedded object server on https and
 // store.ca_file is what the parties verify it with: with the right CA the
 // model goes by the store both ways; a client that trusts another CA cannot
