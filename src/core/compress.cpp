@@ -142,14 +142,12 @@ Quant QuantFor(const Tensor& t, const Tensor* ref, Quant want, const float* err 
   return want;
 }
 
-// Whether top-k can go on a tensor against its reference tensor: both
-// finite (a dropped NaN would stay in the residual for good).
-bool TopKApplies(const Tensor& t, const Tensor& ref) {
-  if (!EligibleLossy(t) || !SameLayout(t, ref)) return false;
+// Whether every value of an F32 tensor is finite. Top-k needs its inputs
+// so: a dropped NaN would stay in the residual for good.
+bool AllFinite(const Tensor& t) {
   float amax = 0;
-  return compress::FiniteAbsMax(reinterpret_cast<const float*>(t.data.data()), t.nbytes() / 4,
-                                &amax) &&
-         compress::FiniteAbsMax(reinterpret_cast<const float*>(ref.data.data()), ref.nbytes() / 4,
+  return t.dtype == DType::kF32 &&
+         compress::FiniteAbsMax(reinterpret_cast<const float*>(t.data.data()), t.nbytes() / 4,
                                 &amax);
 }
 
@@ -195,40 +193,42 @@ const uint8_t* EncodeStageOf(const Layout& l, const uint8_t* in, const uint8_t* 
   return w.a.data();
 }
 
+// The lossy stage's inverse: n values of quantized stage bytes (plus the
+// reference, for a delta) into out.
+void DequantizeStage(const Layout& l, const uint8_t* stage, const float* ref, float* out,
+                     uint64_t n) {
+  if (l.quant == Quant::kInt8) {
+    const uint64_t blocks = (n + l.block - 1) / l.block;
+    compress::DecodeInt8(reinterpret_cast<const float*>(stage),
+                         reinterpret_cast<const int8_t*>(stage + 4 * blocks), ref, out, n, l.block);
+  } else {
+    compress::DecodeHalf(reinterpret_cast<const uint16_t*>(stage), ref, out, n,
+                         l.quant == Quant::kBF16);
+  }
+}
+
 // With top-k, the stage encodes the sparsified target (the chunk's first
 // value is element `first` of the tensor) and the residual is written.
 const uint8_t* EncodeStage(const Layout& l, const uint8_t* in, const uint8_t* ref, uint64_t n,
                            Worker& w, uint64_t* sum, const TopK* topk = nullptr,
                            uint64_t first = 0) {
-  const uint8_t* const x = in;
-  if (topk) {
-    w.target.resize(n);
-    compress::SparsifyTarget(
-        reinterpret_cast<const float*>(in), reinterpret_cast<const float*>(ref),
-        topk->err_in ? topk->err_in + first : nullptr, topk->threshold, w.target.data(), n);
-    in = reinterpret_cast<const uint8_t*>(w.target.data());
-  }
-  const uint8_t* stage = EncodeStageOf(l, in, ref, n, w, sum);
-  if (topk && topk->err_out) {
+  if (!topk) return EncodeStageOf(l, in, ref, n, w, sum);
+  const float* x = reinterpret_cast<const float*>(in);
+  const float* fref = reinterpret_cast<const float*>(ref);
+  const float* err = topk->err_in ? topk->err_in + first : nullptr;
+  w.target.resize(n);
+  compress::SparsifyTarget(x, fref, err, topk->threshold, w.target.data(), n);
+  const uint8_t* stage =
+      EncodeStageOf(l, reinterpret_cast<const uint8_t*>(w.target.data()), ref, n, w, sum);
+  if (topk->err_out) {
     // What the receiver will decode: the target itself when lossless.
     const float* decoded = w.target.data();
     if (l.quant != Quant::kNone) {
       w.decoded.resize(n);
-      const float* fref = reinterpret_cast<const float*>(ref);
-      if (l.quant == Quant::kInt8) {
-        const uint64_t blocks = (n + l.block - 1) / l.block;
-        compress::DecodeInt8(reinterpret_cast<const float*>(stage),
-                             reinterpret_cast<const int8_t*>(stage + 4 * blocks), fref,
-                             w.decoded.data(), n, l.block);
-      } else {
-        compress::DecodeHalf(reinterpret_cast<const uint16_t*>(stage), fref, w.decoded.data(), n,
-                             l.quant == Quant::kBF16);
-      }
+      DequantizeStage(l, stage, fref, w.decoded.data(), n);
       decoded = w.decoded.data();
     }
-    compress::ResidualOf(reinterpret_cast<const float*>(x),
-                         topk->err_in ? topk->err_in + first : nullptr, decoded,
-                         topk->err_out + first, n);
+    compress::ResidualOf(x, err, decoded, topk->err_out + first, n);
   }
   return stage;
 }
@@ -394,16 +394,7 @@ Status DecodeChunk(const Layout& l, const uint8_t* src, const ChunkRec& r, uint6
   }
   if (Checksum(std::span<const uint8_t>(stage, sb)) != r.sum)
     return Corrupt("compressed chunk checksum mismatch");
-  float* fout = reinterpret_cast<float*>(out);
-  if (l.quant == Quant::kInt8) {
-    const uint64_t blocks = (n + l.block - 1) / l.block;
-    compress::DecodeInt8(reinterpret_cast<const float*>(stage),
-                         reinterpret_cast<const int8_t*>(stage + 4 * blocks), fref, fout, n,
-                         l.block);
-  } else {
-    compress::DecodeHalf(reinterpret_cast<const uint16_t*>(stage), fref, fout, n,
-                         l.quant == Quant::kBF16);
-  }
+  DequantizeStage(l, stage, fref, reinterpret_cast<float*>(out), n);
   return Status::OK();
 }
 
@@ -501,11 +492,12 @@ Status CompressMessage(Message* m, const TensorRecipe& recipe, const CompressOpt
     // the residual of the last update (if any) added.
     std::optional<TopK> topk;
     Buffer err_out;
-    if (recipe.topk > 0 && ref && EligibleLossy(t) && TopKApplies(t, *ref)) {
+    // (ref has t's layout: checked where it was found.)
+    if (recipe.topk > 0 && ref && AllFinite(t) && AllFinite(*ref)) {
       topk.emplace();
       if (residual) {
         auto e = residual->find(name);
-        if (e != residual->end() && SameLayout(e->second, t) && TopKApplies(e->second, *ref))
+        if (e != residual->end() && SameLayout(e->second, t) && AllFinite(e->second))
           topk->err_in = reinterpret_cast<const float*>(e->second.data.data());
         XSILO_ASSIGN_OR_RETURN(err_out, Buffer::Allocate(t.nbytes()));
         topk->err_out = reinterpret_cast<float*>(err_out.mutable_data());

@@ -27,6 +27,15 @@ std::vector<float> Weights(size_t n, uint32_t seed, float stddev = 0.05f) {
   return v;
 }
 
+// `base` after a round of training: every value moved by normal(0, stddev).
+std::vector<float> Stepped(const std::vector<float>& base, uint32_t seed, float stddev) {
+  std::vector<float> next = base;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> step(0, stddev);
+  for (auto& x : next) x += step(rng);
+  return next;
+}
+
 template <typename T>
 Tensor TensorOf(DType dtype, const std::vector<T>& v) {
   return *Tensor::Make(dtype, {static_cast<int64_t>(v.size())},
@@ -255,10 +264,7 @@ TEST(Compress, LossyRecipesLeaveOtherDTypesLossless) {
 
 TEST(Compress, LosslessDeltaIsExactAndSmallerThanTheTensorAlone) {
   const std::vector<float> base = Weights(250000, 23);
-  std::vector<float> next = base;
-  std::mt19937 rng(29);
-  std::normal_distribution<float> step(0, 1e-4f);
-  for (auto& x : next) x += step(rng);  // a round of training: small moves
+  const std::vector<float> next = Stepped(base, 29, 1e-4f);
   TensorMap reference;
   reference.emplace("w", TensorOf(DType::kF32, base));
   Message plain, delta;
@@ -310,10 +316,7 @@ TEST(Compress, LossyDeltaIsBoundedByTheDifference) {
 // at the reference's own bits; the residual is what the receiver lacks.
 TEST(Compress, TopKKeepsTheLargestChangesExactlyAndTheResidualHoldsTheRest) {
   const std::vector<float> base = Weights(200000, 41);
-  std::vector<float> next = base;
-  std::mt19937 rng(43);
-  std::normal_distribution<float> step(0, 1e-3f);
-  for (auto& x : next) x += step(rng);
+  const std::vector<float> next = Stepped(base, 43, 1e-3f);
   TensorMap reference, residual;
   reference.emplace("w", TensorOf(DType::kF32, base));
   Message m;
@@ -356,10 +359,7 @@ TEST(Compress, TopKKeepsTheLargestChangesExactlyAndTheResidualHoldsTheRest) {
 // the same tenth is sent every time.
 TEST(Compress, ErrorFeedbackDeliversWhatTopKDropped) {
   const std::vector<float> base = Weights(50000, 47);
-  std::vector<float> next = base;
-  std::mt19937 rng(53);
-  std::normal_distribution<float> step(0, 1e-3f);
-  for (auto& x : next) x += step(rng);
+  const std::vector<float> next = Stepped(base, 53, 1e-3f);
   TensorMap reference;
   reference.emplace("w", TensorOf(DType::kF32, base));
   for (bool feedback : {true, false}) {

@@ -311,6 +311,18 @@ std::vector<std::filesystem::path> OurEmbeddedDirs() {
   return out;
 }
 
+// Rank `rank` of a world of two on `address`.
+Result<std::unique_ptr<Transport>> PairParty(const std::string& backend, const std::string& address,
+                                             int rank,
+                                             std::map<std::string, std::string> options = {}) {
+  TransportOptions o;
+  o.rank = rank;
+  o.world_size = 2;
+  o.address = address;
+  o.backend = std::move(options);
+  return TransportRegistry::Global().Create(backend, o);
+}
+
 // Rank 0's embedded server keeps objects in a private tmpfs directory that
 // rank 0 writes its own uploads into; the directory goes with the
 // transport, and one left by a dead process is swept at the next start.
@@ -318,13 +330,7 @@ TEST(GrpcS3Embedded, ObjectsLiveInTmpfsAndGoWithTheTransport) {
   const auto stale = EmbeddedBase() / "xsilo-s3-2147483646-left";  // no such pid
   std::filesystem::create_directories(stale / "xsilo");
   std::string address = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
-  auto party = [&](int rank) {
-    TransportOptions o;
-    o.rank = rank;
-    o.world_size = 2;
-    o.address = address;
-    return TransportRegistry::Global().Create("grpc+s3", o);
-  };
+  auto party = [&](int rank) { return PairParty("grpc+s3", address, rank); };
   auto server = party(0);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   EXPECT_FALSE(std::filesystem::exists(stale));
@@ -363,13 +369,7 @@ TEST(GrpcS3Embedded, ObjectsLiveInTmpfsAndGoWithTheTransport) {
 // fetches.
 TEST(AutoS3, AReceiverKnowsTheLinkFromItsOwnFetchBeforeItSends) {
   std::string address = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
-  auto party = [&](int rank) {
-    TransportOptions o;
-    o.rank = rank;
-    o.world_size = 2;
-    o.address = address;
-    return TransportRegistry::Global().Create("auto+s3", o);
-  };
+  auto party = [&](int rank) { return PairParty("auto+s3", address, rank); };
   auto server = party(0);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   auto client = party(1);
@@ -404,14 +404,10 @@ TEST(GrpcS3Embedded, HttpsStoreVerifiedByTheCaFileOfEachParty) {
     SCOPED_TRACE("client trusts " + client_ca);
     std::string address = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
     auto party = [&](int rank, const std::string& ca) {
-      TransportOptions o;
-      o.rank = rank;
-      o.world_size = 2;
-      o.address = address;
-      o.backend = {{"store.tls_cert", dir + "/cert.pem"},
-                   {"store.tls_key", dir + "/key.pem"},
-                   {"store.ca_file", dir + "/" + ca}};
-      return TransportRegistry::Global().Create("grpc+s3", o);
+      return PairParty("grpc+s3", address, rank,
+                       {{"store.tls_cert", dir + "/cert.pem"},
+                        {"store.tls_key", dir + "/key.pem"},
+                        {"store.ca_file", dir + "/" + ca}});
     };
     auto server = party(0, "cert.pem");
     ASSERT_TRUE(server.ok()) << server.status().ToString();
@@ -438,15 +434,11 @@ TEST(GrpcS3Embedded, HttpsStoreVerifiedByTheCaFileOfEachParty) {
     (*server)->Stop();
   }
   // An external store's TLS is its own: the embedded server's pair is refused there.
-  TransportOptions o;
-  o.rank = 0;
-  o.world_size = 2;
-  o.address = "127.0.0.1:1";
-  o.backend = {{"store.endpoint", "https://127.0.0.1:1"},
-               {"store.bucket", "b"},
-               {"store.tls_cert", dir + "/cert.pem"},
-               {"store.tls_key", dir + "/key.pem"}};
-  auto refused = TransportRegistry::Global().Create("grpc+s3", o);
+  auto refused = PairParty("grpc+s3", "127.0.0.1:1", 0,
+                           {{"store.endpoint", "https://127.0.0.1:1"},
+                            {"store.bucket", "b"},
+                            {"store.tls_cert", dir + "/cert.pem"},
+                            {"store.tls_key", dir + "/key.pem"}});
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().ToString();
   std::filesystem::remove_all(dir);
 }

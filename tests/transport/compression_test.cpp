@@ -70,6 +70,22 @@ std::vector<std::unique_ptr<Transport>> World(int n, const std::string& fabric,
   return world;
 }
 
+// Sends `w` from rank `from` to rank `to` as the model of reference `key`
+// and returns what the receiver holds (empty, with a failure, if it did
+// not arrive).
+std::vector<float> SendReference(const std::vector<std::unique_ptr<Transport>>& world, int from,
+                                 int to, int64_t key, const std::vector<float>& w) {
+  Message model;
+  model.params[kDeltaRefParam] = key;
+  model.tensors["w"] = F32(w);
+  Status sent = world[from]->Send(to, model, std::chrono::seconds(30));
+  EXPECT_TRUE(sent.ok()) << sent.ToString();
+  if (!sent.ok()) return {};
+  auto held = world[to]->Receive(std::chrono::seconds(30));
+  EXPECT_TRUE(held.ok()) << held.status().ToString();
+  return held.ok() ? Floats(held->tensors.at("w")) : std::vector<float>{};
+}
+
 CodecCandidate Candidate(Quant q, double ratio, double enc_MBps, double dec_MBps, uint64_t bytes) {
   CodecCandidate c;
   c.estimate.recipe.quant = q;
@@ -330,13 +346,8 @@ TEST(CompressingTransport, LossyCodecsGoOnlyOnTheDeltaOfAnUpdate) {
   EXPECT_EQ(why.rfind("int8", 0), 0u) << why;
   // With the model of key 3 held on both sides, the update's int8 is of
   // its delta.
-  Message model;
-  model.params[kDeltaRefParam] = int64_t{3};
-  model.tensors["w"] = F32(w);
-  ASSERT_TRUE(world[0]->Send(1, model, 30s).ok());
-  auto held = world[1]->Receive(30s);
-  ASSERT_TRUE(held.ok());
-  std::vector<float> trained = Floats(held->tensors.at("w"));
+  std::vector<float> trained = SendReference(world, 0, 1, 3, w);
+  ASSERT_FALSE(trained.empty());
   for (auto& x : trained) x += 1e-4f;
   u.tensors["w"] = F32(trained);
   ASSERT_TRUE(world[1]->Send(0, u, 30s).ok());
@@ -358,13 +369,8 @@ TEST(CompressingTransport, TopKUpdatesCarryWhatTheLastOneDropped) {
                       {"compression.topk_fraction", "0.1"}});
   ASSERT_EQ(world.size(), 2u);
   const auto w = Weights(1 << 17, 71);
-  Message model;
-  model.params[kDeltaRefParam] = int64_t{1};
-  model.tensors["w"] = F32(w);
-  ASSERT_TRUE(world[0]->Send(1, model, 30s).ok());
-  auto held = world[1]->Receive(30s);
-  ASSERT_TRUE(held.ok());
-  std::vector<float> trained = Floats(held->tensors.at("w"));
+  std::vector<float> trained = SendReference(world, 0, 1, 1, w);
+  ASSERT_FALSE(trained.empty());
   std::mt19937 rng(73);
   std::normal_distribution<float> step(0, 1e-3f);
   for (auto& x : trained) x += step(rng);
@@ -413,13 +419,7 @@ TEST(CompressingTransport, AModelUnderAnOldKeyIsNotKeptAndItsUpdateArrivesAsSent
       World(2, "compression-old-key", {{"compression", "int8"}, {"compression.when", "always"}});
   ASSERT_EQ(world.size(), 2u);
   const auto w = Weights(1 << 16, 9);
-  for (int64_t key : {5, 6, 3}) {
-    Message model;
-    model.params[kDeltaRefParam] = key;
-    model.tensors["w"] = F32(w);
-    ASSERT_TRUE(world[0]->Send(1, model, 30s).ok());
-    ASSERT_TRUE(world[1]->Receive(30s).ok());
-  }
+  for (int64_t key : {5, 6, 3}) ASSERT_FALSE(SendReference(world, 0, 1, key, w).empty());
   Message u;
   u.params[kDeltaBaseParam] = int64_t{3};
   u.tensors["w"] = F32(w);
