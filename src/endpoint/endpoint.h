@@ -24,6 +24,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -112,6 +113,9 @@ class Endpoint {
   const std::string& fingerprint() const { return identity_->fingerprint(); }
   bool registered() const;
   uint64_t served(Path p) const { return served_[static_cast<int>(p)]; }
+  // Why the last paths tried before the one that served failed, newest
+  // last ("punched to <owner>: ICE: ..."); at most kFailuresKept.
+  std::vector<std::string> path_failures() const;
   const ObjectTable& table() const { return table_; }
   std::string StatusJson() const;
 
@@ -158,7 +162,7 @@ class Endpoint {
   // of a TLS record: handed to the AwaitDialBack waiting for the token.
   void HandDialBack(int fd);
   bool RecentlyFailed(const std::string& owner, Path path);
-  void NoteFailed(const std::string& owner, Path path);
+  void NoteFailed(const std::string& owner, Path path, const Status& why);
   Result<std::unique_ptr<TlsStream>> DialRelay();
 
   EndpointOptions o_;
@@ -184,6 +188,8 @@ class Endpoint {
   // connection came in.
   std::map<std::string, int> dial_backs_;
   std::map<std::pair<std::string, Path>, std::chrono::steady_clock::time_point> failed_paths_;
+  static constexpr size_t kFailuresKept = 16;
+  std::deque<std::string> failures_;
 };
 
 }  // namespace xsilo::endpoint

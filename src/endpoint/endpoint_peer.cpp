@@ -299,10 +299,18 @@ bool Endpoint::RecentlyFailed(const std::string& owner, Path path) {
   return false;
 }
 
-void Endpoint::NoteFailed(const std::string& owner, Path path) {
+void Endpoint::NoteFailed(const std::string& owner, Path path, const Status& why) {
+  std::string what = std::string(PathName(path)) + " to " + owner + ": " + why.ToString();
   std::lock_guard<std::mutex> lock(mu_);
   if (failed_paths_.size() > 4096) failed_paths_.clear();  // a bound, not a policy
   failed_paths_[{owner, path}] = std::chrono::steady_clock::now();
+  failures_.push_back(std::move(what));
+  while (failures_.size() > kFailuresKept) failures_.pop_front();
+}
+
+std::vector<std::string> Endpoint::path_failures() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {failures_.begin(), failures_.end()};
 }
 
 Result<PeerReply> Endpoint::CallPeer(const std::string& owner, const std::string& method,
@@ -336,19 +344,19 @@ Result<PeerReply> Endpoint::CallPeer(const std::string& owner, const std::string
   if (addrs != "-" && !RecentlyFailed(owner, Path::kDirect)) {
     auto fd = DialFirst(addrs);
     if (fd.ok()) return pinned(*fd, Path::kDirect);
-    NoteFailed(owner, Path::kDirect);
+    NoteFailed(owner, Path::kDirect, fd.status());
   }
   // Reverse: the owner cannot be dialled, but it can dial us.
   if (peer_fd_ >= 0 && addrs_ != "-" && !RecentlyFailed(owner, Path::kReverse)) {
     auto fd = AwaitDialBack(owner);
     if (fd.ok()) return pinned(*fd, Path::kReverse);
-    NoteFailed(owner, Path::kReverse);
+    NoteFailed(owner, Path::kReverse, fd.status());
   }
   // Punched: a UDP path both sides open through their NATs.
   if (o_.punch && !RecentlyFailed(owner, Path::kPunched)) {
     auto fd = Punch(owner);
     if (fd.ok()) return pinned(*fd, Path::kPunched);
-    NoteFailed(owner, Path::kPunched);
+    NoteFailed(owner, Path::kPunched, fd.status());
   }
   // Relayed: both sides dial out to the relay, which pipes the session.
   XSILO_ASSIGN_OR_RETURN(std::string pipe, AskRelay("RELAY " + owner));

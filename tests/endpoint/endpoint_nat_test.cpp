@@ -95,8 +95,11 @@ class EndpointNat : public netem::testing::NetemFixture {
     ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
     EXPECT_EQ((*got)->size(), big);
     EXPECT_EQ(Checksum((*got)->span()), Checksum(object.span()));
+    std::string failures;
+    for (const auto& f : s.a->path_failures()) failures += "\n  " + f;
     for (Path p : {Path::kDirect, Path::kReverse, Path::kPunched, Path::kRelayed}) {
-      EXPECT_EQ(s.a->served(p), p == want ? 1u : 0u) << endpoint::PathName(p);
+      EXPECT_EQ(s.a->served(p), p == want ? 1u : 0u)
+          << endpoint::PathName(p) << "; paths that failed before:" << failures;
     }
     EXPECT_EQ(s.relay->pipes_opened(), want == Path::kRelayed ? 1u : 0u);
     EXPECT_EQ(s.a->table().objects(), 0u) << "A keeps no copy of B's object";

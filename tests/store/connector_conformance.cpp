@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
+#include <string>
 #include <thread>
 
 #include "transport/test_util.h"
@@ -179,6 +181,13 @@ TEST_P(ConnectorConformance, BatchForms) {
 TEST_P(ConnectorConformance, ConcurrentPutsAndGetsFrom8Threads) {
   constexpr int kThreads = 8, kEach = 25;
   std::atomic<int> failures{0};
+  std::mutex mu;
+  std::vector<std::string> what;  // each failure, for the report
+  auto fail = [&](const std::string& why) {
+    ++failures;
+    std::lock_guard<std::mutex> lock(mu);
+    what.push_back(why);
+  };
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
@@ -186,17 +195,29 @@ TEST_P(ConnectorConformance, ConcurrentPutsAndGetsFrom8Threads) {
         Buffer b = Pattern(1000 + 37 * i + t, t * 1000 + i);
         auto key = connector_->Put(b);
         if (!key.ok()) {
-          ++failures;
+          fail("put: " + key.status().ToString());
           continue;
         }
         auto got = connector_->Get(*key);
-        if (!got.ok() || !got->has_value() || (*got)->view() != b.view()) ++failures;
-        if (i % 2 == 0 && !connector_->Evict(*key).ok()) ++failures;
+        if (!got.ok()) {
+          fail("get: " + got.status().ToString());
+        } else if (!got->has_value()) {
+          fail("get: no object under " + key->ToJson());
+        } else if ((*got)->view() != b.view()) {
+          fail("get: " + std::to_string((*got)->size()) + " bytes differ from the " +
+               std::to_string(b.size()) + " put");
+        }
+        if (i % 2 == 0) {
+          Status evicted = connector_->Evict(*key);
+          if (!evicted.ok()) fail("evict: " + evicted.ToString());
+        }
       }
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_EQ(failures.load(), 0);
+  std::string report;
+  for (const auto& w : what) report += "\n  " + w;
+  EXPECT_EQ(failures.load(), 0) << report;
 }
 
 TEST_P(ConnectorConformance, ConfigRebuildsAnEquivalentConnector) {

@@ -226,6 +226,30 @@ TEST(FileConnector, RejectsPathTraversalOnEveryOperation) {
   EXPECT_TRUE(std::filesystem::is_empty(dir));
 }
 
+// A key from Put records its object's size; an object of another size
+// under it (a server that acknowledged a PUT before its bytes were
+// readable, another writer) is refused, not returned. A key of unknown
+// size (0, from NewKey) takes what is there.
+TEST(S3Connector, AnObjectOfAnotherSizeThanItsKeyIsRefused) {
+  auto c = MakeConnector(testing::S3Config(testing::EmbeddedS3Endpoint(), "sizes", testing::kS3Ak,
+                                           testing::kS3Sk, 8 << 20));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto key = (*c)->Put(Buffer::CopyFrom("abcdef"));
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  EXPECT_EQ(key->size, 6u);
+  Key longer = *key;
+  longer.size = 7;
+  auto got = (*c)->Get(longer);
+  ASSERT_EQ(got.status().code(), StatusCode::kCorrupt) << got.status().ToString();
+  EXPECT_NE(got.status().message().find("holds 6 bytes, its key says 7"), std::string::npos)
+      << got.status().ToString();
+  Key unknown = *key;
+  unknown.size = 0;
+  got = (*c)->Get(unknown);
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_EQ((*got)->view(), "abcdef");
+}
+
 TEST(FileConnector, LeavesNoTemporaryFiles) {
   std::string dir = testing::FreshDir();
   auto c = MakeConnector({"file", {{"dir", dir}}});

@@ -24,6 +24,8 @@
 //   local_etags  md5 | xxh3 (default md5): the ETags of local_dir writes, as
 //                the server's S3ServerOptions::md5_etags.
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "store/builtin.h"
 #include "xsilo/s3/client.h"
@@ -80,26 +82,25 @@ class S3Connector final : public Connector,
     return key;
   }
 
+  // A key from Put records its object's size: an object of another size
+  // under it is not the one put. Asked again a few times (a server may
+  // acknowledge a PUT before its bytes are readable: s3rver 3.7.1 answers
+  // once the body passed its hash, before its file is written, and a GET
+  // right after read 0 of 1,075 bytes under load), then refused as Corrupt
+  // rather than returned.
   Result<std::optional<Buffer>> Get(const Key& key) override {
     XSILO_RETURN_IF_ERROR(CheckKey(key));
-    if (!o_.local_dir.empty()) {
-      auto r = GetObjectFromDirectory(o_.local_dir, o_.bucket, o_.prefix + key.id);
-      if (!r.ok()) {
-        if (r.status().code() == StatusCode::kNotFound) return std::optional<Buffer>();
-        return r.status();
+    for (int attempt = 0;; ++attempt) {
+      XSILO_ASSIGN_OR_RETURN(std::optional<Buffer> got, GetOnce(key));
+      if (!got || key.size == 0 || got->size() == key.size) return got;
+      if (attempt == kSizeRetries) {
+        return Corrupt("s3 object " + o_.bucket + "/" + o_.prefix + key.id + " holds " +
+                       std::to_string(got->size()) + " bytes, its key says " +
+                       std::to_string(key.size) + " (asked " + std::to_string(attempt + 1) +
+                       " times)");
       }
-      return std::optional<Buffer>(std::move(r).value());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20) * (1 << attempt));
     }
-    DownloadObjectArgs args;
-    args.bucket = o_.bucket;
-    args.key = o_.prefix + key.id;
-    args.connections = o_.connections;
-    auto r = client_->DownloadObject(args);
-    if (!r.ok()) {
-      if (r.status().code() == StatusCode::kNotFound) return std::optional<Buffer>();
-      return r.status();
-    }
-    return std::optional<Buffer>(std::move(r->data));
   }
 
   Result<bool> Exists(const Key& key) override {
@@ -184,6 +185,29 @@ class S3Connector final : public Connector,
       return InvalidArgument("invalid object id '" + key.id + "'");
     }
     return Status::OK();
+  }
+
+  static constexpr int kSizeRetries = 4;  // 20, 40, 80, 160 ms
+
+  Result<std::optional<Buffer>> GetOnce(const Key& key) {
+    if (!o_.local_dir.empty()) {
+      auto r = GetObjectFromDirectory(o_.local_dir, o_.bucket, o_.prefix + key.id);
+      if (!r.ok()) {
+        if (r.status().code() == StatusCode::kNotFound) return std::optional<Buffer>();
+        return r.status();
+      }
+      return std::optional<Buffer>(std::move(r).value());
+    }
+    DownloadObjectArgs args;
+    args.bucket = o_.bucket;
+    args.key = o_.prefix + key.id;
+    args.connections = o_.connections;
+    auto r = client_->DownloadObject(args);
+    if (!r.ok()) {
+      if (r.status().code() == StatusCode::kNotFound) return std::optional<Buffer>();
+      return r.status();
+    }
+    return std::optional<Buffer>(std::move(r->data));
   }
 
   Status Upload(const std::string& id, const GatherList& bytes) {
