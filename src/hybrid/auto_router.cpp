@@ -74,6 +74,20 @@ double AutoRouter::store_write_Bps() {
   return store_write_s_per_byte_ > 0 ? 1 / store_write_s_per_byte_ : 0;
 }
 
+void AutoRouter::OnInlineBroadcast(int receivers, uint64_t bytes, double seconds) {
+  if (receivers < 2 || bytes < kProbeMinBytes || !std::isfinite(seconds) || seconds <= 0) return;
+  const double per_byte = seconds / (static_cast<double>(bytes) * receivers);
+  if (!std::isfinite(per_byte) || per_byte <= 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  double& s = egress_s_per_byte_;
+  s = s > 0 ? s + kWriteGain * (per_byte - s) : per_byte;
+}
+
+double AutoRouter::sender_egress_Bps() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return egress_s_per_byte_ > 0 ? 1 / egress_s_per_byte_ : 0;
+}
+
 void AutoRouter::AfterObservationLocked(Peer& p, Clock::time_point at) {
   if (p.estimator.changes() != p.changes_seen) {
     p.changes_seen = p.estimator.changes();
@@ -149,6 +163,7 @@ AutoChoice AutoRouter::Choose(const std::vector<int32_t>& peers, uint64_t bytes,
   request.store_available = store_available;
   AutoPolicyOptions policy = policy_;
   if (store_write_s_per_byte_ > 0) policy.store_local_Bps = 1 / store_write_s_per_byte_;
+  if (egress_s_per_byte_ > 0 && peers.size() > 1) policy.sender_egress_Bps = 1 / egress_s_per_byte_;
   AutoChoice choice = ChooseAutoPath(link, request, policy);
   if (peers.size() == 1 && bytes >= kProbeMinBytes) {
     Peer& p = PeerLocked(peers[0]);

@@ -47,6 +47,19 @@ class AutoRouter {
   void OnStoreWrite(uint64_t bytes, double seconds);
   // The smoothed write rate, bytes/s; 0 before the first such write.
   double store_write_Bps();
+  // A broadcast of `bytes` to `receivers` peers sent inline (or striped),
+  // done after `seconds`: its copies left through this party's egress,
+  // receivers * bytes / seconds together. Smoothed like the store writes,
+  // that figure becomes the policy's sender_egress_Bps for the broadcasts
+  // after it (never for a send to one peer), so that a broadcast which was
+  // slow inline is predicted as slow as it was. Without it the inline
+  // prediction of a broadcast charged each copy the one-stream rate as if
+  // it had the link alone: on a loaded LAN host, seven copies of the Big
+  // model were predicted at 942 ms and took 10-20 s (docs/auto.md).
+  // Broadcasts under kProbeMinBytes, or to one peer, are not counted.
+  void OnInlineBroadcast(int receivers, uint64_t bytes, double seconds);
+  // The smoothed figure, bytes/s; 0 before the first such broadcast.
+  double sender_egress_Bps();
 
   // The path for `bytes` to `peers`: a broadcast goes by its slowest known
   // link (the largest round trip). While the store rate is unknown, a
@@ -226,6 +239,7 @@ class AutoRouter {
   std::map<int32_t, Peer> peers_;
   std::string last_reason_;
   double store_write_s_per_byte_ = 0;  // 0 = none measured
+  double egress_s_per_byte_ = 0;       // 0 = no inline broadcast measured
 };
 
 }  // namespace xsilo

@@ -282,6 +282,10 @@ class HybridTransport final : public Transport {
   // Adaptive: a send handed to the inner transport inline reports its time
   // (to the peer's delivery confirmation) as a one-stream transfer.
   SendCallback TimeInlineSend(int32_t peer, const Message& stub, int streams, SendCallback done);
+  // A broadcast handed over inline reports its time to the router as the
+  // egress its copies shared (AutoRouter::OnInlineBroadcast).
+  SendCallback TimeInlineBroadcast(const std::vector<int32_t>& peers, const Message& stub,
+                                   SendCallback done);
 
   // A party without storage access: upload through a grant from `peer`, or
   // put the tensors back inline when it holds none (or the upload fails).

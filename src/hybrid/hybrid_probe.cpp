@@ -195,6 +195,27 @@ SendCallback HybridTransport::TimeInlineSend(int32_t peer, const Message& stub, 
   };
 }
 
+SendCallback HybridTransport::TimeInlineBroadcast(const std::vector<int32_t>& peers,
+                                                  const Message& stub, SendCallback done) {
+  if (!router_ || peers.size() < 2 || stub.params.count(kHybridKeyParam)) return done;
+  const uint64_t bytes = stub.payload_bytes();
+  if (bytes < AutoRouter::kProbeMinBytes) return done;
+  const int receivers = static_cast<int>(peers.size());
+  const auto start = Clock::now();
+  return [this, receivers, bytes, start, done = std::move(done)](const Status& s) {
+    if (s.ok()) {
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      router_->OnInlineBroadcast(receivers, bytes, seconds);
+      if (DebugLog()) {
+        std::cerr << "xsilo " << name_ << " rank " << rank() << ": inline broadcast of " << bytes
+                  << " bytes to " << receivers << " receivers took " << seconds * 1e3
+                  << " ms; sender egress now " << router_->sender_egress_Bps() / 1e6 << " MB/s\n";
+      }
+    }
+    done(s);
+  };
+}
+
 void HybridTransport::OnEcho(const Message& m) {
   if (stopping()) return;
   if (m.type == kPingType) {

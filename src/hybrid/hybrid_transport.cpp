@@ -178,7 +178,8 @@ bool HybridTransport::Issue(SendJob job, Result<Message> stub, int stripe) {
   if (!stub.ok()) {
     job.done(stub.status());
   } else if (job.broadcast) {
-    inner_->BroadcastAsync(job.peers, std::move(stub).value(), std::move(job.done));
+    SendCallback done = TimeInlineBroadcast(job.peers, *stub, std::move(job.done));
+    inner_->BroadcastAsync(job.peers, std::move(stub).value(), std::move(done));
   } else {
     SendCallback done = TimeInlineSend(job.peers[0], *stub, stripe, std::move(job.done));
     inner_->SendAsync(job.peers[0], std::move(stub).value(), std::move(done));

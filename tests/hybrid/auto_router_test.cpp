@@ -557,6 +557,36 @@ TEST(AutoRouter, MeasuredStoreWritesReplaceTheFittedRate) {
   EXPECT_NE(r.last_reason().find("(writes at 2625 MB/s)"), std::string::npos) << r.last_reason();
 }
 
+// A LAN probed fast (one stream 280 MB/s, the store 400 MB/s; the loaded
+// machine of results/e2e-lan-compression-auto): a broadcast of the Big
+// model to seven goes inline, as if each copy had the link alone. Once one
+// such broadcast took 14 s, the copies' shared egress predicts the next
+// one as slow, and it goes to the store; a send to one peer is not charged
+// for it.
+TEST(AutoRouter, ASlowInlineBroadcastSendsTheNextOneToTheStore) {
+  AutoRouter r(NoExploring());
+  const std::vector<int32_t> seven = {1, 2, 3, 4, 5, 6, 7};
+  for (int32_t p : seven) Probed(r, p, 0.0002, 280e6, 400e6);
+  const uint64_t big = 253 * kMiB;
+  AutoChoice c = r.Choose(seven, big, true);
+  ASSERT_EQ(c.path, AutoPath::kInline) << r.last_reason();
+  EXPECT_LT(c.inline_s, 1.5);
+
+  EXPECT_EQ(r.sender_egress_Bps(), 0);
+  r.OnInlineBroadcast(1, big, 14.0);        // one receiver: a send
+  r.OnInlineBroadcast(7, 512 << 10, 14.0);  // under kProbeMinBytes
+  r.OnInlineBroadcast(7, big, 0);           // not a time
+  EXPECT_EQ(r.sender_egress_Bps(), 0);
+  r.OnInlineBroadcast(7, big, 14.0);
+  EXPECT_NEAR(r.sender_egress_Bps(), 7.0 * big / 14.0, 1);
+
+  c = r.Choose(seven, big, true);
+  EXPECT_EQ(c.path, AutoPath::kStore) << r.last_reason();
+  EXPECT_NEAR(c.inline_s, 0.0002 + 14.0, 1e-3) << "as slow as it was";
+  EXPECT_NE(r.last_reason().find("egress"), std::string::npos) << r.last_reason();
+  EXPECT_EQ(r.Choose({1}, big, true).path, AutoPath::kInline) << r.last_reason();
+}
+
 TEST(AutoBackend, IsRegisteredAndRefusesAThreshold) {
   auto& reg = TransportRegistry::Global();
   EXPECT_TRUE(reg.Viable("auto+memory").ok());

@@ -314,6 +314,37 @@ TEST(CompressingTransport, UpdatesTravelAsDeltasAgainstTheBroadcastModel) {
   }
 }
 
+// The reference a send establishes is copied after the message went to
+// the inner transport (not before: that delayed every broadcast); the
+// sender's Buffers, reused once the send is done, are never read after.
+TEST(CompressingTransport, TheSenderMayReuseItsBuffersOnceTheSendIsDone) {
+  auto world =
+      World(2, "compression-reuse", {{"compression", "lossless"}, {"compression.when", "always"}});
+  ASSERT_EQ(world.size(), 2u);
+  auto global = Weights(1 << 18, 7);
+  Message model;
+  model.params[kDeltaRefParam] = int64_t{9};
+  model.tensors["w"] = F32(global);
+  ASSERT_TRUE(world[0]->Broadcast({1}, model, 30s).ok());
+  // The FedAvg server writes the next model into the old one's Buffers.
+  std::memset(model.tensors.at("w").data.mutable_data(), 0x7f, global.size() * 4);
+  auto got = world[1]->Receive(30s);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(Floats(got->tensors.at("w")), global);
+  auto update = global;
+  for (size_t i = 0; i < update.size(); i += 3) update[i] += 0.001f;
+  Message u;
+  u.params[kDeltaBaseParam] = int64_t{9};
+  u.tensors["w"] = F32(update);
+  ASSERT_TRUE(world[1]->Send(0, u, 30s).ok());
+  auto back = world[0]->Receive(30s);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  // Bit for bit: decoded against our copy, not the reused Buffers (an
+  // XOR delta against 0x7f7f7f7f garbage would not give it back).
+  EXPECT_EQ(Floats(back->tensors.at("w")), update);
+  EXPECT_EQ(CompressionSummaryOf(*world[1])->messages_compressed, 1u);
+}
+
 // A lossy cast of an update's values would bury its change under the
 // cast's error: an update goes lossy only as a delta, and losslessly when
 // its base is not held.

@@ -170,7 +170,10 @@ AutoChoice ChooseAutoPath(const LinkEstimate& link, const AutoRequest& request,
   std::string reason = std::string(AutoPathName(choice.path));
   if (choice.path == AutoPath::kStriped) reason += "(" + std::to_string(costs.streams) + ")";
   reason += ": " + Bytes(request.bytes);
-  if (request.receivers > 1) reason += " to " + std::to_string(request.receivers) + " receivers";
+  if (request.receivers > 1) {
+    reason += " to " + std::to_string(request.receivers) + " receivers";
+    if (Positive(o.sender_egress_Bps)) reason += " (egress " + Rate(o.sender_egress_Bps) + ")";
+  }
   reason += ", predicted inline " + Seconds(choice.inline_s);
   if (costs.streams > 1)
     reason += ", striped(" + std::to_string(costs.streams) + ") " + Seconds(striped_s);

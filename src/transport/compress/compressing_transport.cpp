@@ -1,6 +1,8 @@
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -95,12 +97,32 @@ class CompressingTransport final : public ForwardingTransport {
   // What a send leaves for its completion.
   struct Prepared {
     std::optional<int64_t> reference_key;  // kDeltaRefParam of the message
+    // Held as the reference (under mu_ once held: OwnReference replaces it).
     std::shared_ptr<const TensorMap> reference;
     std::shared_ptr<const TensorMap> original;  // before a lossy cast
+    // `reference` shares the caller's Buffers: our own copy is made after
+    // the message went to the inner transport (OwnReference).
+    bool borrowed = false;
+  };
+
+  // A send's completion and the copy of its reference: whichever comes
+  // last calls the caller's callback, so that the caller, free to reuse
+  // its Buffers from then on, never does so while we read them.
+  struct InFlight {
+    Prepared prepared;
+    SendCallback done;
+    std::atomic<int> left{1};  // 2 with a borrowed reference
+    Status status;             // the inner send's, written before its decrement
+    void Arrive() {
+      if (left.fetch_sub(1, std::memory_order_acq_rel) == 1 && done) done(status);
+    }
   };
 
   // Checks the peers, encodes, and hands the message to the inner
-  // transport with a completion that measures the link.
+  // transport with a completion that measures the link. A reference the
+  // message establishes is copied only then: the copy (265 MB for the
+  // FedAvg Big model) delayed every broadcast on a LAN, where it is most
+  // of what compression=auto costs when it sends nothing smaller.
   void Send(std::vector<int32_t> peers, Message message, SendCallback done, bool broadcast) {
     for (int32_t p : peers) {
       if (Status s = CheckPeer(p); !s.ok()) {
@@ -113,13 +135,42 @@ class CompressingTransport final : public ForwardingTransport {
       if (done) done(prepared.status());
       return;
     }
+    auto flight = std::make_shared<InFlight>();
+    flight->prepared = *std::move(prepared);
+    flight->done = std::move(done);
+    const bool borrowed = flight->prepared.borrowed;
+    if (borrowed) flight->left.store(2);
     const uint64_t wire = message.payload_bytes();
-    auto finish = Finisher(peers, wire, Clock::now(), *std::move(prepared), std::move(done));
+    auto finish = Finisher(peers, wire, Clock::now(), flight);
     if (broadcast) {
       inner().BroadcastAsync(std::move(peers), std::move(message), std::move(finish));
     } else {
       inner().SendAsync(peers.front(), std::move(message), std::move(finish));
     }
+    if (borrowed) {
+      OwnReference(*flight);
+      flight->Arrive();
+    }
+  }
+
+  // Replaces a borrowed reference by our own copy of it, holders kept.
+  void OwnReference(InFlight& flight) {
+    Prepared& p = flight.prepared;
+    std::shared_ptr<const TensorMap> borrowed;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      borrowed = p.reference;
+    }
+    std::shared_ptr<const TensorMap> copy = CopyTensors(*borrowed);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = references_.find(*p.reference_key);
+        it != references_.end() && it->second.tensors == borrowed) {
+      it->second.tensors = copy;
+      it->second.borrowed = false;
+    }
+    p.reference = std::move(copy);
+    p.borrowed = false;
+    owned_cv_.notify_all();
   }
 
   // Chooses, encodes, and notes the reference the message establishes.
@@ -195,35 +246,39 @@ class CompressingTransport final : public ForwardingTransport {
         p.reference = std::make_shared<const TensorMap>(std::move(copy.tensors));
         p.original = CopyTensors(original);
       } else {
-        // A copy: the caller may reuse its Buffers once the send completed
-        // (the FedAvg server recycles the old global model's).
-        p.reference = CopyTensors(original);
+        // The caller's Buffers, until Send copies them (OwnReference): the
+        // caller may reuse them once the send completed (the FedAvg server
+        // recycles the old global model's).
+        p.reference = std::make_shared<const TensorMap>(std::move(original));
+        p.borrowed = true;
       }
       std::lock_guard<std::mutex> lock(mu_);
       Keep(*p.reference_key, p.reference, {});
       // Keep may have dropped it at once (a key older than the two kept).
       if (auto it = references_.find(*p.reference_key); it != references_.end()) {
         it->second.original = p.original;
+        it->second.borrowed = p.borrowed;
       }
     }
     return p;
   }
 
   SendCallback Finisher(std::vector<int32_t> peers, uint64_t wire, Clock::time_point start,
-                        Prepared prepared, SendCallback done) {
-    return [this, peers = std::move(peers), wire, start, prepared = std::move(prepared),
-            done = std::move(done)](const Status& s) {
+                        std::shared_ptr<InFlight> flight) {
+    return [this, peers = std::move(peers), wire, start, flight](const Status& s) {
       if (s.ok()) {
         const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
         std::lock_guard<std::mutex> lock(mu_);
         if (wire >= kMinMeasuredBytes && seconds > 0) {
           for (int32_t p : peers) rates_[p].Add(static_cast<double>(wire) / seconds);
         }
+        const Prepared& prepared = flight->prepared;
         if (prepared.reference_key && prepared.reference) {
           Keep(*prepared.reference_key, prepared.reference, peers);
         }
       }
-      if (done) done(s);
+      flight->status = s;
+      flight->Arrive();
     };
   }
 
@@ -365,17 +420,24 @@ class CompressingTransport final : public ForwardingTransport {
       r.tensors = std::move(tensors);
       r.holders.clear();
       r.original.reset();
+      r.borrowed = false;
     }
     r.holders.insert(holders.begin(), holders.end());
     while (references_.size() > kReferencesKept) references_.erase(references_.begin());
   }
 
   // Looks references up for a decode; *pin keeps the one found alive
-  // while the decode runs, whatever Keep evicts meanwhile.
+  // while the decode runs, whatever Keep evicts meanwhile. A borrowed one
+  // is waited for until our copy replaced it: the caller may reuse its
+  // Buffers as soon as the send is done, mid-decode.
   ReferenceLookup Lookup(std::shared_ptr<const TensorMap>* pin) {
     return [this, pin](int64_t key) -> const TensorMap* {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
       auto it = references_.find(key);
+      owned_cv_.wait(lock, [&] {
+        it = references_.find(key);
+        return it == references_.end() || !it->second.borrowed;
+      });
       if (it == references_.end()) return nullptr;
       *pin = it->second.tensors;
       return pin->get();
@@ -460,10 +522,13 @@ class CompressingTransport final : public ForwardingTransport {
     // the receivers hold): updates against it are corrected by the
     // difference (CorrectUpdate).
     std::shared_ptr<const TensorMap> original;
+    // `tensors` are the sender's caller's Buffers until OwnReference.
+    bool borrowed = false;
   };
 
   const CompressionPolicy policy_;
   mutable std::mutex mu_;
+  std::condition_variable owned_cv_;  // a borrowed reference was replaced
   std::map<int32_t, LinkRate> rates_;
   std::map<int64_t, Reference> references_;
   CompressionSummary summary_;
