@@ -55,7 +55,7 @@ class AutoRouter {
   // slow inline is predicted as slow as it was. Without it the inline
   // prediction of a broadcast charged each copy the one-stream rate as if
   // it had the link alone: on a loaded LAN host, seven copies of the Big
-  // model were predicted at 942 ms and took 10-20 s (docs/auto.md).
+  // model predicted at 1.25 s took 3.62 s (docs/auto.md).
   // Broadcasts under kProbeMinBytes, or to one peer, are not counted.
   void OnInlineBroadcast(int receivers, uint64_t bytes, double seconds);
   // The smoothed figure, bytes/s; 0 before the first such broadcast.

@@ -505,6 +505,41 @@ TEST(CompressingTransport, AutoFollowsTheLinkItIsTold) {
   EXPECT_EQ(CompressionSummaryOf(*world[0])->messages_compressed, 0u);
 }
 
+// A receiver keeps a model as a delta reference (a copy of it) only while
+// a delta to its sender could pay: once the link is known and the delta
+// codecs' speeds sampled here say none can beat it, the next model is not
+// copied, and the update after it goes whole.
+TEST(CompressingTransport, AReferenceIsKeptOnlyWhileADeltaCouldPay) {
+  auto model = Weights(1 << 20, 11);
+  for (const auto& [mbps, pays] : {std::pair<const char*, bool>{"1", true}, {"1000000", false}}) {
+    SCOPED_TRACE(mbps);
+    auto world = World(2, std::string("compression-keep-") + mbps,
+                       {{"compression", "lossless"}, {"compression.link_MBps", mbps}});
+    ASSERT_EQ(world.size(), 2u);
+    for (int64_t key : {1, 2}) {
+      std::vector<float> held = SendReference(world, 0, 1, key, model);
+      ASSERT_EQ(held, model);
+      std::vector<float> update = held;
+      for (size_t i = 0; i < update.size(); i += 2) update[i] += 0.01f;
+      Message u;
+      u.params[kDeltaBaseParam] = key;
+      u.tensors["w"] = F32(update);
+      ASSERT_TRUE(world[1]->Send(0, u, 30s).ok());
+      auto back = world[0]->Receive(30s);
+      ASSERT_TRUE(back.ok()) << back.status().ToString();
+      EXPECT_EQ(Floats(back->tensors.at("w")), update);
+      auto s = CompressionSummaryOf(*world[1]);
+      // The first model is kept (nothing sampled yet); the second only
+      // where a delta pays, and its update goes as one only then.
+      EXPECT_EQ(s->references_kept, key == 1 || pays ? uint64_t(key) : 1u);
+      EXPECT_EQ(s->references_skipped, key == 2 && !pays ? 1u : 0u);
+      if (key == 2) {
+        EXPECT_EQ(s->last_choice.find("delta") != std::string::npos, pays) << s->last_choice;
+      }
+    }
+  }
+}
+
 TEST(CompressionChoice, ARecipeThatCannotPayEvenAtRatioZeroIsKnownWithoutSampling) {
   const uint64_t mb = 1000000;
   // 100 MB at 1 GB/s: 0.1 s as it is. zstd at 300/600 MB/s on 2 threads

@@ -190,6 +190,8 @@ nlohmann::json ReportCompression(const Transport& t, const std::string& party) {
           {"ratio", ratio},
           {"encode_s", s->encode_seconds},
           {"decode_s", s->decode_seconds},
+          {"references_kept", s->references_kept},
+          {"references_skipped", s->references_skipped},
           {"last_choice", s->last_choice}};
 }
 

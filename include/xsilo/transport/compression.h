@@ -105,6 +105,10 @@ struct CompressionSummary {
   uint64_t encoded_bytes = 0;  // what they became
   double encode_seconds = 0;
   double decode_seconds = 0;
+  // Models received with a delta reference key (kDeltaRefParam): kept as
+  // references, or not kept because no delta to their sender could pay.
+  uint64_t references_kept = 0;
+  uint64_t references_skipped = 0;
   std::string last_choice;  // the last message's reason line
 };
 // The summary of `t` when it is a compressing transport; nullopt otherwise.

@@ -298,12 +298,12 @@ class CompressingTransport final : public ForwardingTransport {
   // the changes under the cast's error (int8 updates cost the FedAvg MLP
   // 0.10 of accuracy in three rounds): lossy codecs go only on the delta,
   // and not at all when the peers do not hold the reference.
-  CompressionChoice Choose(const std::vector<int32_t>& peers, const Message& m,
-                           const TensorMap* reference, bool update) {
-    // Per peer: the inner transport's own figure where it measures (the
-    // hybrid's receivers report their pulls: a send's completion there
-    // times only the upload), else the completions we timed, else the
-    // prior. The slowest peer decides.
+  // The link to `peers`, bytes/s: per peer the inner transport's own
+  // figure where it measures (the hybrid's receivers report their pulls: a
+  // send's completion there times only the upload), else the completions
+  // we timed, else the prior. The slowest peer decides; 0 when one is
+  // unknown.
+  double LinkBps(const std::vector<int32_t>& peers) {
     double link = 0;
     for (int32_t p : peers) {
       double r = inner().MeasuredGoodputBps(p);
@@ -312,20 +312,18 @@ class CompressingTransport final : public ForwardingTransport {
         auto it = rates_.find(p);
         r = it != rates_.end() && it->second.samples > 0 ? it->second.Bps : policy_.link_Bps_prior;
       }
-      if (!(r > 0)) {
-        link = 0;
-        break;
-      }
+      if (!(r > 0)) return 0;
       link = link == 0 ? r : std::min(link, r);
     }
-    if (link <= 0) {
-      CompressionChoice c;
-      c.reason = "none: the link is not measured yet (compression.link_MBps gives a prior)";
-      return c;
-    }
+    return link;
+  }
+
+  // The recipes the policy allows for a message: `whole` ones (no delta),
+  // and delta ones when a reference is held. `update`: see Choose.
+  std::vector<TensorRecipe> Recipes(bool whole, bool delta_too, bool update) const {
     std::vector<TensorRecipe> recipes;
     for (bool delta : {false, true}) {
-      if (delta && reference == nullptr) continue;
+      if (delta ? !delta_too : !whole) continue;
       recipes.push_back({Quant::kNone, true, delta});
       if (policy_.allowed != Quant::kNone && (delta || !update)) {
         recipes.push_back({policy_.allowed, false, delta});
@@ -338,6 +336,18 @@ class CompressingTransport final : public ForwardingTransport {
           recipes.push_back({policy_.allowed, true, true, policy_.topk});
       }
     }
+    return recipes;
+  }
+
+  CompressionChoice Choose(const std::vector<int32_t>& peers, const Message& m,
+                           const TensorMap* reference, bool update) {
+    const double link = LinkBps(peers);
+    if (link <= 0) {
+      CompressionChoice c;
+      c.reason = "none: the link is not measured yet (compression.link_MBps gives a prior)";
+      return c;
+    }
+    const std::vector<TensorRecipe> recipes = Recipes(true, reference != nullptr, update);
     const int threads = EffectiveThreads(policy_.codec.threads);
     const double bytes = static_cast<double>(m.payload_bytes());
     std::vector<CodecCandidate> candidates;
@@ -374,12 +384,13 @@ class CompressingTransport final : public ForwardingTransport {
   // LAN that cost a 20 MB message 15-30 ms per send. Speeds older than
   // kSpeedMemo are sampled again.
   bool CannotPay(const TensorRecipe& r, uint64_t eligible, double bytes, double link_Bps,
-                 int threads) {
+                 int threads, bool any_age = false) {
     SpeedMemo memo;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = speeds_.find(RecipeName(r));
-      if (it == speeds_.end() || Clock::now() - it->second.at > kSpeedMemo) return false;
+      if (it == speeds_.end()) return false;
+      if (!any_age && Clock::now() - it->second.at > kSpeedMemo) return false;
       memo = it->second;
     }
     return CompressionCannotPay(
@@ -459,12 +470,50 @@ class CompressingTransport final : public ForwardingTransport {
     }
     if (auto base = m.GetInt(kDeltaBaseParam); base.ok()) CorrectUpdate(&m, *base);
     if (auto key = m.GetInt(kDeltaRefParam); key.ok()) {
-      // Our own copy: the receiver may change the tensors it was given.
-      auto copy = CopyTensors(m.tensors);
-      std::lock_guard<std::mutex> lock(mu_);
-      Keep(*key, std::move(copy), {m.sender});
+      if (std::string why; DeltaCannotPay(m, &why)) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++summary_.references_skipped;
+        }
+        if (DebugLog()) {
+          std::cerr << "xsilo compression rank " << rank() << ": reference " << *key
+                    << " from rank " << m.sender << " not kept: " << why << "\n";
+        }
+      } else {
+        // Our own copy: the receiver may change the tensors it was given.
+        auto copy = CopyTensors(m.tensors);
+        std::lock_guard<std::mutex> lock(mu_);
+        Keep(*key, std::move(copy), {m.sender});
+        ++summary_.references_kept;
+      }
     }
     return Deliver(std::move(m), abandon);
+  }
+
+  // Whether no update against the model `m` could be sent to its sender
+  // as a delta for less than as it is, by the link to the sender as
+  // measured and the delta codecs' speeds last sampled here (of any age:
+  // they were sampled on this machine). Then keeping it as a reference (a
+  // copy of the model: 265 MB for FedAvg Big, made by every client at
+  // once as the broadcast lands) would cost and never pay: on lan that
+  // copy was most of what compression=auto cost the clients. False while
+  // the link or a delta codec's speed is unknown, and under
+  // compression.when=always.
+  bool DeltaCannotPay(const Message& m, std::string* why) {
+    if (policy_.always) return false;
+    const double link = LinkBps({m.sender});
+    if (!(link > 0)) return false;
+    const int threads = EffectiveThreads(policy_.codec.threads);
+    const uint64_t bytes = m.payload_bytes();
+    for (const auto& r : Recipes(false, true, true)) {
+      const uint64_t eligible = CompressibleBytes(m.tensors, r, policy_.codec);
+      if (eligible == 0) continue;
+      if (!CannotPay(r, eligible, static_cast<double>(bytes), link, threads, /*any_age=*/true)) {
+        return false;
+      }
+    }
+    *why = "no delta codec could beat the link to it (" + Fixed(link / 1e6, 1) + " MB/s)";
+    return true;
   }
 
   // An update whose base this party sent lossily was made from the cast
