@@ -60,13 +60,17 @@ void AutoRouter::OnTransfer(int32_t peer, uint64_t bytes, double seconds, int st
   AfterObservationLocked(p, at);
 }
 
+void AutoRouter::Smooth(double* s_per_byte, double per_byte) {
+  double& s = *s_per_byte;
+  s = s > 0 ? s + kWriteGain * (per_byte - s) : per_byte;
+}
+
 void AutoRouter::OnStoreWrite(uint64_t bytes, double seconds) {
   if (bytes < kStoreWriteMinBytes || !std::isfinite(seconds) || seconds <= 0) return;
   const double per_byte = seconds / static_cast<double>(bytes);
   if (!std::isfinite(per_byte) || per_byte <= 0) return;
   std::lock_guard<std::mutex> lock(mu_);
-  double& s = store_write_s_per_byte_;
-  s = s > 0 ? s + kWriteGain * (per_byte - s) : per_byte;
+  Smooth(&store_write_s_per_byte_, per_byte);
 }
 
 double AutoRouter::store_write_Bps() {
@@ -79,8 +83,7 @@ void AutoRouter::OnInlineBroadcast(int receivers, uint64_t bytes, double seconds
   const double per_byte = seconds / (static_cast<double>(bytes) * receivers);
   if (!std::isfinite(per_byte) || per_byte <= 0) return;
   std::lock_guard<std::mutex> lock(mu_);
-  double& s = egress_s_per_byte_;
-  s = s > 0 ? s + kWriteGain * (per_byte - s) : per_byte;
+  Smooth(&egress_s_per_byte_, per_byte);
 }
 
 double AutoRouter::sender_egress_Bps() {

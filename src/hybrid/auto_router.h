@@ -210,6 +210,9 @@ class AutoRouter {
   void AfterObservationLocked(Peer& p, Clock::time_point at);
   void RearmLocked(Peer& p, Clock::time_point now);
   void SettleLocked(Peer& p, Clock::time_point at);
+  // Blends `per_byte` into a seconds-per-byte figure (0 = none yet) with
+  // gain kWriteGain.
+  static void Smooth(double* s_per_byte, double per_byte);
   std::vector<int32_t> ProbeSetLocked(const std::vector<int32_t>& peers);
   bool ProbeDueLocked(Peer& p, Clock::time_point now);
   // WaitSettled's test: false while a peer of ProbeSet(peers) is to be

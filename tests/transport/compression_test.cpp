@@ -86,6 +86,17 @@ std::vector<float> SendReference(const std::vector<std::unique_ptr<Transport>>& 
   return held.ok() ? Floats(held->tensors.at("w")) : std::vector<float>{};
 }
 
+// Sends `values` from rank `from` to rank `to` as an update against
+// reference `base` and returns what `to` received.
+Result<Message> SendUpdate(const std::vector<std::unique_ptr<Transport>>& world, int from, int to,
+                           int64_t base, const std::vector<float>& values) {
+  Message u;
+  u.params[kDeltaBaseParam] = base;
+  u.tensors["w"] = F32(values);
+  XSILO_RETURN_IF_ERROR(world[from]->Send(to, u, std::chrono::seconds(30)));
+  return world[to]->Receive(std::chrono::seconds(30));
+}
+
 CodecCandidate Candidate(Quant q, double ratio, double enc_MBps, double dec_MBps, uint64_t bytes) {
   CodecCandidate c;
   c.estimate.recipe.quant = q;
@@ -333,11 +344,7 @@ TEST(CompressingTransport, TheSenderMayReuseItsBuffersOnceTheSendIsDone) {
   ASSERT_EQ(Floats(got->tensors.at("w")), global);
   auto update = global;
   for (size_t i = 0; i < update.size(); i += 3) update[i] += 0.001f;
-  Message u;
-  u.params[kDeltaBaseParam] = int64_t{9};
-  u.tensors["w"] = F32(update);
-  ASSERT_TRUE(world[1]->Send(0, u, 30s).ok());
-  auto back = world[0]->Receive(30s);
+  auto back = SendUpdate(world, 1, 0, 9, update);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   // Bit for bit: decoded against our copy, not the reused Buffers (an
   // XOR delta against 0x7f7f7f7f garbage would not give it back).
@@ -526,11 +533,7 @@ TEST(CompressingTransport, AReferenceIsKeptOnlyWhileADeltaCouldPay) {
       ASSERT_EQ(held, model);
       std::vector<float> update = held;
       for (size_t i = 0; i < update.size(); i += 2) update[i] += 0.01f;
-      Message u;
-      u.params[kDeltaBaseParam] = key;
-      u.tensors["w"] = F32(update);
-      ASSERT_TRUE(world[1]->Send(0, u, 30s).ok());
-      auto back = world[0]->Receive(30s);
+      auto back = SendUpdate(world, 1, 0, key, update);
       ASSERT_TRUE(back.ok()) << back.status().ToString();
       EXPECT_EQ(Floats(back->tensors.at("w")), update);
       auto s = CompressionSummaryOf(*world[1]);
