@@ -536,16 +536,51 @@ TEST(CompressingTransport, AReferenceIsKeptOnlyWhileADeltaCouldPay) {
       auto back = SendUpdate(world, 1, 0, key, update);
       ASSERT_TRUE(back.ok()) << back.status().ToString();
       EXPECT_EQ(Floats(back->tensors.at("w")), update);
-      auto s = CompressionSummaryOf(*world[1]);
-      // The first model is kept (nothing sampled yet); the second only
-      // where a delta pays, and its update goes as one only then.
-      EXPECT_EQ(s->references_kept, key == 1 || pays ? uint64_t(key) : 1u);
-      EXPECT_EQ(s->references_skipped, key == 2 && !pays ? 1u : 0u);
+      auto sender = CompressionSummaryOf(*world[0]);
+      auto receiver = CompressionSummaryOf(*world[1]);
+      // The first model is kept on both sides: the sender has no delta
+      // speed and nothing to sample one against. The second is kept only
+      // where a delta pays: else the sender, sampling against the first,
+      // keeps it not and sends no key, so the receiver keeps none either
+      // and the update goes whole.
+      const bool kept = key == 1 || pays;
+      EXPECT_EQ(receiver->references_kept, kept ? uint64_t(key) : 1u);
+      EXPECT_EQ(receiver->references_skipped, 0u);
+      EXPECT_EQ(sender->references_skipped, kept ? 0u : 1u);
       if (key == 2) {
-        EXPECT_EQ(s->last_choice.find("delta") != std::string::npos, pays) << s->last_choice;
+        EXPECT_EQ(receiver->last_choice.find("delta") != std::string::npos, pays)
+            << receiver->last_choice;
       }
     }
   }
+}
+
+// A sender that cannot judge (nothing sampled, no reference to sample
+// against) sends the key; the receiver, which sampled its deltas, judges
+// by its own figures and keeps nothing on a link no delta beats.
+TEST(CompressingTransport, AReceiverKeepsNoReferenceThatNoDeltaToItsSenderCouldPay) {
+  auto model = Weights((1 << 16) - 1024, 12);
+  auto world = World(3, "compression-keep-receiver",
+                     {{"compression", "lossless"},
+                      {"compression.link_MBps", "1000000"},
+                      {"compression.min_message_bytes", "65536"}});
+  ASSERT_EQ(world.size(), 3u);
+  // Rank 1 samples its delta codecs sending an update to rank 0.
+  ASSERT_EQ(SendReference(world, 0, 1, 1, model), model);
+  std::vector<float> update = model;
+  for (size_t i = 0; i < update.size(); i += 2) update[i] += 0.01f;
+  ASSERT_TRUE(SendUpdate(world, 1, 0, 1, update).ok());
+  // Rank 2 has sampled nothing: it keeps and sends the key.
+  ASSERT_EQ(SendReference(world, 2, 1, 2, model), model);
+  EXPECT_EQ(CompressionSummaryOf(*world[2])->references_skipped, 0u);
+  auto receiver = CompressionSummaryOf(*world[1]);
+  EXPECT_EQ(receiver->references_kept, 1u);
+  EXPECT_EQ(receiver->references_skipped, 1u);
+  auto back = SendUpdate(world, 1, 2, 2, update);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(Floats(back->tensors.at("w")), update);
+  const std::string why = CompressionSummaryOf(*world[1])->last_choice;
+  EXPECT_EQ(why.find("delta"), std::string::npos) << why;
 }
 
 TEST(CompressionChoice, ARecipeThatCannotPayEvenAtRatioZeroIsKnownWithoutSampling) {

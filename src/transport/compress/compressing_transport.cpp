@@ -180,6 +180,23 @@ class CompressingTransport final : public ForwardingTransport {
     // Left on the message: the receiver corrects the update by it (OnDelivery).
     if (auto v = m->GetInt(kDeltaBaseParam); v.ok()) base = *v;
     if (auto v = m->GetInt(kDeltaRefParam); v.ok()) p.reference_key = *v;
+    if (p.reference_key) {
+      // A model no update could come back against for less than whole is
+      // not worth a copy here and at every receiver: its key is not sent.
+      if (std::string why; DeltaCannotPay(peers, *m, /*sample=*/true, &why)) {
+        m->params.erase(kDeltaRefParam);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++summary_.references_skipped;
+        }
+        if (DebugLog()) {
+          std::cerr << "xsilo compression rank " << rank() << " -> " << PeersText(peers)
+                    << ": reference " << *p.reference_key << " not kept, its key not sent: " << why
+                    << "\n";
+        }
+        p.reference_key.reset();
+      }
+    }
     std::shared_ptr<const TensorMap> reference;
     if (base) reference = ReferenceHeldBy(*base, peers);
     TensorMap original;  // shares the Buffers until CopyTensors below
@@ -470,7 +487,7 @@ class CompressingTransport final : public ForwardingTransport {
     }
     if (auto base = m.GetInt(kDeltaBaseParam); base.ok()) CorrectUpdate(&m, *base);
     if (auto key = m.GetInt(kDeltaRefParam); key.ok()) {
-      if (std::string why; DeltaCannotPay(m, &why)) {
+      if (std::string why; DeltaCannotPay({m.sender}, m, /*sample=*/false, &why)) {
         {
           std::lock_guard<std::mutex> lock(mu_);
           ++summary_.references_skipped;
@@ -490,30 +507,56 @@ class CompressingTransport final : public ForwardingTransport {
     return Deliver(std::move(m), abandon);
   }
 
-  // Whether no update against the model `m` could be sent to its sender
-  // as a delta for less than as it is, by the link to the sender as
+  // Whether no update against the model `m` could come back from (or go
+  // to) `peers` as a delta for less than as it is, by the link to them as
   // measured and the delta codecs' speeds last sampled here (of any age:
   // they were sampled on this machine). Then keeping it as a reference (a
-  // copy of the model: 265 MB for FedAvg Big, made by every client at
-  // once as the broadcast lands) would cost and never pay: on lan that
-  // copy was most of what compression=auto cost the clients. False while
-  // the link or a delta codec's speed is unknown, and under
-  // compression.when=always.
-  bool DeltaCannotPay(const Message& m, std::string* why) {
+  // copy of the model: 265 MB for FedAvg Big, made by the server and by
+  // every client at once as the broadcast lands) would cost and never pay:
+  // on lan those copies were most of what compression=auto cost. With
+  // `sample` a delta codec never sampled here is sampled against the
+  // newest reference we own (the previous model: a FedAvg server sends
+  // models, never deltas, so it has no other figure). False while the link
+  // or a delta codec's speed is unknown, and under compression.when=always.
+  bool DeltaCannotPay(const std::vector<int32_t>& peers, const Message& m, bool sample,
+                      std::string* why) {
     if (policy_.always) return false;
-    const double link = LinkBps({m.sender});
+    const double link = LinkBps(peers);
     if (!(link > 0)) return false;
     const int threads = EffectiveThreads(policy_.codec.threads);
     const uint64_t bytes = m.payload_bytes();
+    std::shared_ptr<const TensorMap> base;  // to sample against
     for (const auto& r : Recipes(false, true, true)) {
       const uint64_t eligible = CompressibleBytes(m.tensors, r, policy_.codec);
       if (eligible == 0) continue;
+      if (sample && !HasSpeed(r)) {
+        if (!base) base = NewestOwnedReference();
+        if (!base) return false;
+        CodecEstimate e = EstimateCodec(m.tensors, r, policy_.codec, base.get());
+        if (e.sampled_bytes == 0) return false;
+        std::lock_guard<std::mutex> lock(mu_);
+        speeds_[RecipeName(r)] = {e.encode_Bps, e.decode_Bps, Clock::now()};
+      }
       if (!CannotPay(r, eligible, static_cast<double>(bytes), link, threads, /*any_age=*/true)) {
         return false;
       }
     }
-    *why = "no delta codec could beat the link to it (" + Fixed(link / 1e6, 1) + " MB/s)";
+    *why = "no delta codec could beat the link (" + Fixed(link / 1e6, 1) + " MB/s)";
     return true;
+  }
+
+  bool HasSpeed(const TensorRecipe& r) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return speeds_.count(RecipeName(r)) > 0;
+  }
+
+  // The newest reference that is our own copy (not a caller's Buffers).
+  std::shared_ptr<const TensorMap> NewestOwnedReference() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = references_.rbegin(); it != references_.rend(); ++it) {
+      if (it->second.tensors && !it->second.borrowed) return it->second.tensors;
+    }
+    return nullptr;
   }
 
   // An update whose base this party sent lossily was made from the cast
