@@ -128,15 +128,11 @@ Quant QuantFor(const Tensor& t, const Tensor* ref, Quant want, const float* err 
   const float* x = reinterpret_cast<const float*>(t.data.data());
   const uint64_t n = t.nbytes() / 4;
   float amax = 0;
-  if (!compress::FiniteAbsMax(x, n, &amax)) return Quant::kNone;
   if (ref) {
     const float* r = reinterpret_cast<const float*>(ref->data.data());
-    float ramax = 0;
-    if (!compress::FiniteAbsMax(r, n, &ramax)) return Quant::kNone;
-    amax = 0;
-    for (uint64_t i = 0; i < n; ++i)
-      amax = std::max(amax, std::fabs(x[i] - r[i] + (err ? err[i] : 0.0f)));
-    if (!(amax <= 3.4028234663852886e38f)) return Quant::kNone;
+    if (!compress::FiniteDeltaAbsMax(x, r, err, n, &amax)) return Quant::kNone;
+  } else if (!compress::FiniteAbsMax(x, n, &amax)) {
+    return Quant::kNone;
   }
   if (want == Quant::kFP16 && amax > compress::kHalfMax) return Quant::kBF16;
   return want;

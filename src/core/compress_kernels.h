@@ -25,6 +25,10 @@ float F16ToF32(uint16_t h);
 
 // True when every value is finite; *absmax receives the largest |x|.
 bool FiniteAbsMax(const float* x, size_t n, float* absmax);
+// True when every x[i] and ref[i] and every x[i] - ref[i] + err[i] (err
+// may be null) is finite; *absmax receives the largest |x - ref + err|.
+// One pass where three took 3x the memory traffic on a 265 MB model.
+bool FiniteDeltaAbsMax(const float* x, const float* ref, const float* err, size_t n, float* absmax);
 // Largest magnitude an fp16 cast keeps finite.
 inline constexpr float kHalfMax = 65504.0f;
 

@@ -312,6 +312,59 @@ TEST(Compress, LossyDeltaIsBoundedByTheDifference) {
   }
 }
 
+// int8 rounds x / scale to the nearest integer, ties to even: with the
+// block's absmax 127 the scale is 1, so the halves show the rounding.
+TEST(Compress, Int8RoundsHalvesToEven) {
+  const std::vector<float> halves = {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 126.5f, -126.5f};
+  const std::vector<float> rounded = {0.0f, 2.0f, 2.0f, 0.0f, -2.0f, -2.0f, 126.0f, -126.0f};
+  std::vector<float> v(64 << 10, 0.25f);  // 0.25 -> 0
+  v[0] = 127.0f;
+  std::copy(halves.begin(), halves.end(), v.begin() + 1);
+  Message m;
+  m.tensors.emplace("w", TensorOf(DType::kF32, v));
+  CompressOptions o;
+  o.int8_block = 64;
+  ASSERT_TRUE(CompressMessage(&m, {.quant = Quant::kInt8}, o).ok());
+  ASSERT_TRUE(DecompressMessage(&m, nullptr, o).ok());
+  const float* y = Floats(m.tensors.at("w"));
+  EXPECT_EQ(y[0], 127.0f);
+  for (size_t i = 0; i < halves.size(); ++i) EXPECT_EQ(y[i + 1], rounded[i]) << halves[i];
+  EXPECT_EQ(y[halves.size() + 1], 0.0f);
+}
+
+// A lossy delta needs finite values, a finite reference and a finite
+// difference; otherwise the tensor goes lossless, bit for bit.
+TEST(Compress, ALossyDeltaOfNonFiniteValuesGoesLossless) {
+  const std::vector<float> base = Weights(100000, 37);
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float big = std::numeric_limits<float>::max();
+  struct Case {
+    const char* what;
+    size_t at;
+    float value, ref;
+  };
+  for (const Case& c :
+       {Case{"inf value", 10, inf, 0.0f}, Case{"nan value", 99999, nan, 0.0f},
+        Case{"inf reference", 500, 0.0f, -inf}, Case{"overflowing difference", 7, big, -big}}) {
+    SCOPED_TRACE(c.what);
+    std::vector<float> next = Stepped(base, 38, 1e-3f), ref = base;
+    next[c.at] = c.value;
+    ref[c.at] = c.ref;
+    TensorMap reference;
+    reference.emplace("w", TensorOf(DType::kF32, ref));
+    for (Quant q : {Quant::kBF16, Quant::kInt8}) {
+      Message m;
+      m.tensors.emplace("w", TensorOf(DType::kF32, next));
+      const Tensor sent = m.tensors.at("w");
+      ASSERT_TRUE(
+          CompressMessage(&m, {.quant = q, .zstd = true, .delta = true}, {}, &reference, 1).ok());
+      ASSERT_TRUE(DecompressMessage(&m, [&](int64_t) { return &reference; }).ok());
+      EXPECT_TRUE(SameBytes(m.tensors.at("w"), sent)) << QuantName(q);
+    }
+  }
+}
+
 // Top-k keeps the largest changes exactly and leaves every other value
 // at the reference's own bits; the residual is what the receiver lacks.
 TEST(Compress, TopKKeepsTheLargestChangesExactlyAndTheResidualHoldsTheRest) {
