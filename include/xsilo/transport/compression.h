@@ -105,8 +105,9 @@ struct CompressionSummary {
   uint64_t encoded_bytes = 0;  // what they became
   double encode_seconds = 0;
   double decode_seconds = 0;
-  // Models received with a delta reference key (kDeltaRefParam): kept as
-  // references, or not kept because no delta to their sender could pay.
+  // Models with a delta reference key (kDeltaRefParam): received ones kept
+  // as references, and those not kept, sent or received, because no delta
+  // could pay on the link (a sender then sends the model without its key).
   uint64_t references_kept = 0;
   uint64_t references_skipped = 0;
   std::string last_choice;  // the last message's reason line
