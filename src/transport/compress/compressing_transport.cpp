@@ -180,23 +180,6 @@ class CompressingTransport final : public ForwardingTransport {
     // Left on the message: the receiver corrects the update by it (OnDelivery).
     if (auto v = m->GetInt(kDeltaBaseParam); v.ok()) base = *v;
     if (auto v = m->GetInt(kDeltaRefParam); v.ok()) p.reference_key = *v;
-    if (p.reference_key) {
-      // A model no update could come back against for less than whole is
-      // not worth a copy here and at every receiver: its key is not sent.
-      if (std::string why; DeltaCannotPay(peers, *m, /*sample=*/true, &why)) {
-        m->params.erase(kDeltaRefParam);
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          ++summary_.references_skipped;
-        }
-        if (DebugLog()) {
-          std::cerr << "xsilo compression rank " << rank() << " -> " << PeersText(peers)
-                    << ": reference " << *p.reference_key << " not kept, its key not sent: " << why
-                    << "\n";
-        }
-        p.reference_key.reset();
-      }
-    }
     std::shared_ptr<const TensorMap> reference;
     if (base) reference = ReferenceHeldBy(*base, peers);
     TensorMap original;  // shares the Buffers until CopyTensors below
@@ -219,6 +202,25 @@ class CompressingTransport final : public ForwardingTransport {
       choice = Choose(peers, *m, reference.get(), base.has_value());
     }
 
+    // A model no update could come back against for less than whole is
+    // not worth a copy here and at every receiver: its key is not sent.
+    // Not for a lossy cast: the updates against it are corrected by the
+    // reference and what we had (CorrectUpdate), whatever way they come.
+    if (p.reference_key && !(choice.compress && choice.recipe.quant != Quant::kNone)) {
+      if (std::string why; DeltaCannotPay(peers, *m, /*sample=*/true, &why)) {
+        m->params.erase(kDeltaRefParam);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++summary_.references_skipped;
+        }
+        if (DebugLog()) {
+          std::cerr << "xsilo compression rank " << rank() << " -> " << PeersText(peers)
+                    << ": reference " << *p.reference_key << " not kept, its key not sent: " << why
+                    << "\n";
+        }
+        p.reference_key.reset();
+      }
+    }
     CompressStats st;
     if (choice.compress) {
       // Top-k's error feedback: what the last update to these peers left
