@@ -346,7 +346,8 @@ TEST(Compress, ALossyDeltaOfNonFiniteValuesGoesLossless) {
   };
   for (const Case& c :
        {Case{"inf value", 10, inf, 0.0f}, Case{"nan value", 99999, nan, 0.0f},
-        Case{"inf reference", 500, 0.0f, -inf}, Case{"overflowing difference", 7, big, -big}}) {
+        Case{"inf reference", 500, 0.0f, -inf}, Case{"nan reference", 501, 0.0f, nan},
+        Case{"overflowing difference", 7, big, -big}}) {
     SCOPED_TRACE(c.what);
     std::vector<float> next = Stepped(base, 38, 1e-3f), ref = base;
     next[c.at] = c.value;
