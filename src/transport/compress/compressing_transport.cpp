@@ -182,8 +182,6 @@ class CompressingTransport final : public ForwardingTransport {
     if (auto v = m->GetInt(kDeltaRefParam); v.ok()) p.reference_key = *v;
     std::shared_ptr<const TensorMap> reference;
     if (base) reference = ReferenceHeldBy(*base, peers);
-    TensorMap original;  // shares the Buffers until CopyTensors below
-    if (p.reference_key) original = m->tensors;
 
     const CompressOptions& o = policy_.codec;
     const uint64_t bytes = m->payload_bytes();
@@ -209,18 +207,13 @@ class CompressingTransport final : public ForwardingTransport {
     if (p.reference_key && !(choice.compress && choice.recipe.quant != Quant::kNone)) {
       if (std::string why; DeltaCannotPay(peers, *m, /*sample=*/true, &why)) {
         m->params.erase(kDeltaRefParam);
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          ++summary_.references_skipped;
-        }
-        if (DebugLog()) {
-          std::cerr << "xsilo compression rank " << rank() << " -> " << PeersText(peers)
-                    << ": reference " << *p.reference_key << " not kept, its key not sent: " << why
-                    << "\n";
-        }
+        NoteSkipped(" -> " + PeersText(peers) + ": reference " + std::to_string(*p.reference_key) +
+                    " not kept, its key not sent: " + why);
         p.reference_key.reset();
       }
     }
+    TensorMap original;  // shares the Buffers until CopyTensors below
+    if (p.reference_key) original = m->tensors;
     CompressStats st;
     if (choice.compress) {
       // Top-k's error feedback: what the last update to these peers left
@@ -490,14 +483,8 @@ class CompressingTransport final : public ForwardingTransport {
     if (auto base = m.GetInt(kDeltaBaseParam); base.ok()) CorrectUpdate(&m, *base);
     if (auto key = m.GetInt(kDeltaRefParam); key.ok()) {
       if (std::string why; DeltaCannotPay({m.sender}, m, /*sample=*/false, &why)) {
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          ++summary_.references_skipped;
-        }
-        if (DebugLog()) {
-          std::cerr << "xsilo compression rank " << rank() << ": reference " << *key
-                    << " from rank " << m.sender << " not kept: " << why << "\n";
-        }
+        NoteSkipped(": reference " + std::to_string(*key) + " from rank " +
+                    std::to_string(m.sender) + " not kept: " + why);
       } else {
         // Our own copy: the receiver may change the tensors it was given.
         auto copy = CopyTensors(m.tensors);
@@ -545,6 +532,16 @@ class CompressingTransport final : public ForwardingTransport {
     }
     *why = "no delta codec could beat the link (" + Fixed(link / 1e6, 1) + " MB/s)";
     return true;
+  }
+
+  // Counts a model not kept as a reference (sent or received) and logs
+  // `what` after our rank.
+  void NoteSkipped(const std::string& what) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++summary_.references_skipped;
+    }
+    if (DebugLog()) std::cerr << "xsilo compression rank " << rank() << what << "\n";
   }
 
   bool HasSpeed(const TensorRecipe& r) const {
