@@ -31,10 +31,35 @@ inline float RoundHalfEven(float v) {
 
 }  // namespace
 
+namespace {
+
+// With the element size a constant the compiler turns the byte gathers
+// into vector shuffles; with it a variable each byte was one load.
+template <size_t kElem>
+void ShuffleOf(const uint8_t* in, uint8_t* out, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    for (size_t b = 0; b < kElem; ++b) out[b * n + i] = in[i * kElem + b];
+}
+
+template <size_t kElem>
+void UnshuffleOf(const uint8_t* in, uint8_t* out, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    for (size_t b = 0; b < kElem; ++b) out[i * kElem + b] = in[b * n + i];
+}
+
+}  // namespace
+
 void Shuffle(const uint8_t* in, uint8_t* out, size_t n, size_t elem) {
-  if (elem == 1) {
-    std::memcpy(out, in, n);
-    return;
+  switch (elem) {
+    case 1:
+      std::memcpy(out, in, n);
+      return;
+    case 2:
+      return ShuffleOf<2>(in, out, n);
+    case 4:
+      return ShuffleOf<4>(in, out, n);
+    case 8:
+      return ShuffleOf<8>(in, out, n);
   }
   // Blocks of 256 elements keep the `elem` output streams in cache lines.
   constexpr size_t kBlock = 256;
@@ -49,9 +74,16 @@ void Shuffle(const uint8_t* in, uint8_t* out, size_t n, size_t elem) {
 }
 
 void Unshuffle(const uint8_t* in, uint8_t* out, size_t n, size_t elem) {
-  if (elem == 1) {
-    std::memcpy(out, in, n);
-    return;
+  switch (elem) {
+    case 1:
+      std::memcpy(out, in, n);
+      return;
+    case 2:
+      return UnshuffleOf<2>(in, out, n);
+    case 4:
+      return UnshuffleOf<4>(in, out, n);
+    case 8:
+      return UnshuffleOf<8>(in, out, n);
   }
   constexpr size_t kBlock = 256;
   for (size_t i0 = 0; i0 < n; i0 += kBlock) {
@@ -76,80 +108,120 @@ void XorBytes(const uint8_t* in, const uint8_t* ref, uint8_t* out, size_t bytes)
   for (; i < bytes; ++i) out[i] = in[i] ^ ref[i];
 }
 
-uint16_t F32ToBF16(float x) {
+namespace {
+
+// The casts compute every case and select, without branches, so that
+// the loops over them below vectorize (SSE2 compares and blends); a
+// branch per value kept them scalar. They are inlined there: the exported
+// functions below may be interposed in a shared build, so a loop calling
+// them does so once per value.
+inline uint16_t ToBF16(float x) {
   const uint32_t u = Bits(x);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
-  const uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>((u + rounding) >> 16);
+  const uint32_t nan = (u >> 16) | 0x40u;  // quiet
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
-float BF16ToF32(uint16_t h) { return FromBits(static_cast<uint32_t>(h) << 16); }
+inline float FromBF16(uint16_t h) { return FromBits(static_cast<uint32_t>(h) << 16); }
 
-uint16_t F32ToF16(float x) {
+inline uint16_t ToF16(float x) {
   const uint32_t u = Bits(x);
-  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7e00;   // NaN
-  if (a >= 0x477ff000u) return sign | 0x7c00;  // rounds to 65520 or more: infinity
-  if (a < 0x38800000u) {
-    // Below 2^-14: a half subnormal m * 2^-24. The scaling is exact and
-    // rounding is to nearest even; m == 1024 is the least normal.
-    const float m = RoundHalfEven(std::fabs(x) * 16777216.0f);
-    return sign | static_cast<uint16_t>(m);
-  }
+  // Below 2^-14: a half subnormal m * 2^-24. The scaling is exact and
+  // rounding is to nearest even; m == 1024 is the least normal. (The
+  // clamp keeps the conversion in range for the values not taking it.)
+  const uint32_t sub = static_cast<uint32_t>(
+      static_cast<int32_t>(RoundHalfEven(FromBits(std::min(a, 0x38800000u)) * 16777216.0f)));
   // Round to nearest even at bit 13, then rebias the exponent (127 -> 15).
-  const uint32_t r = a + 0xfffu + ((a >> 13) & 1u) - (112u << 23);
-  return sign | static_cast<uint16_t>(r >> 13);
+  // (Wraps for the values below the normal range, which take `sub`.)
+  const uint32_t normal = (a + 0xfffu + ((a >> 13) & 1u) - (112u << 23)) >> 13;
+  uint32_t h = a < 0x38800000u ? sub : normal;
+  h = a >= 0x477ff000u ? 0x7c00u : h;  // rounds to 65520 or more: infinity
+  h = a > 0x7f800000u ? 0x7e00u : h;   // NaN
+  return static_cast<uint16_t>(sign | h);
 }
 
-float F16ToF32(uint16_t h) {
+inline float FromF16(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu;
   const uint32_t mant = h & 0x3ffu;
-  if (exp == 0) {
-    const float v = static_cast<float>(mant) * (1.0f / 16777216.0f);
-    return FromBits(Bits(v) | sign);
-  }
-  if (exp == 31) return FromBits(sign | 0x7f800000u | (mant << 13));
-  return FromBits(sign | ((exp + 112u) << 23) | (mant << 13));
+  const uint32_t sub = Bits(static_cast<float>(mant) * (1.0f / 16777216.0f)) | sign;
+  const uint32_t special = sign | 0x7f800000u | (mant << 13);
+  const uint32_t normal = sign | ((exp + 112u) << 23) | (mant << 13);
+  return FromBits(exp == 0 ? sub : exp == 31 ? special : normal);
 }
 
-bool FiniteAbsMax(const float* x, size_t n, float* absmax) {
-  float m = 0;
-  bool finite = true;
+}  // namespace
+
+uint16_t F32ToBF16(float x) { return ToBF16(x); }
+float BF16ToF32(uint16_t h) { return FromBF16(h); }
+uint16_t F32ToF16(float x) { return ToF16(x); }
+float F16ToF32(uint16_t h) { return FromF16(h); }
+
+// Magnitudes compare as their bit patterns with the sign cleared (as
+// integers: inf above every finite value, NaN above inf), which
+// vectorizes where a float max reduction does not (it is not associative
+// for NaN and signed zeros).
+namespace {
+constexpr int32_t kInfBits = 0x7f800000;
+inline int32_t AbsBits(float x) { return static_cast<int32_t>(Bits(x) & 0x7fffffffu); }
+
+template <bool kErr>
+bool DeltaAbsMax(const float* x, const float* ref, const float* err, size_t n, float* absmax) {
+  int32_t inputs = 0, m = 0;
   for (size_t i = 0; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    finite &= a <= 3.4028234663852886e38f;  // false for inf and NaN
-    m = std::max(m, a);
+    inputs = std::max(inputs, std::max(AbsBits(x[i]), AbsBits(ref[i])));
+    const float d = kErr ? x[i] - ref[i] + err[i] : x[i] - ref[i];
+    m = std::max(m, AbsBits(d));
   }
-  *absmax = m;
-  return finite;
+  *absmax = FromBits(static_cast<uint32_t>(m));
+  return inputs < kInfBits && m < kInfBits;
+}
+
+template <bool kRef, bool kBF16>
+void EncodeHalfOf(const float* in, const float* ref, uint16_t* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float v = kRef ? in[i] - ref[i] : in[i];
+    out[i] = kBF16 ? ToBF16(v) : ToF16(v);
+  }
+}
+
+template <bool kRef, bool kBF16>
+void DecodeHalfOf(const uint16_t* in, const float* ref, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float v = kBF16 ? FromBF16(in[i]) : FromF16(in[i]);
+    out[i] = kRef ? ref[i] + v : v;
+  }
+}
+}  // namespace
+
+bool FiniteAbsMax(const float* x, size_t n, float* absmax) {
+  int32_t m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, AbsBits(x[i]));
+  *absmax = FromBits(static_cast<uint32_t>(m));
+  return m < kInfBits;
 }
 
 bool FiniteDeltaAbsMax(const float* x, const float* ref, const float* err, size_t n,
                        float* absmax) {
-  constexpr float kMax = 3.4028234663852886e38f;
-  float m = 0;
-  bool finite = true;
-  for (size_t i = 0; i < n; ++i) {
-    finite &= std::fabs(x[i]) <= kMax && std::fabs(ref[i]) <= kMax;  // false for inf and NaN
-    m = std::max(m, std::fabs(x[i] - ref[i] + (err ? err[i] : 0.0f)));
-  }
-  *absmax = m;
-  return finite && m <= kMax;
+  return err ? DeltaAbsMax<true>(x, ref, err, n, absmax)
+             : DeltaAbsMax<false>(x, ref, nullptr, n, absmax);
 }
 
 void EncodeHalf(const float* in, const float* ref, uint16_t* out, size_t n, bool bf16) {
-  for (size_t i = 0; i < n; ++i) {
-    const float v = ref ? in[i] - ref[i] : in[i];
-    out[i] = bf16 ? F32ToBF16(v) : F32ToF16(v);
+  if (bf16) {
+    ref ? EncodeHalfOf<true, true>(in, ref, out, n) : EncodeHalfOf<false, true>(in, ref, out, n);
+  } else {
+    ref ? EncodeHalfOf<true, false>(in, ref, out, n) : EncodeHalfOf<false, false>(in, ref, out, n);
   }
 }
 
 void DecodeHalf(const uint16_t* in, const float* ref, float* out, size_t n, bool bf16) {
-  for (size_t i = 0; i < n; ++i) {
-    const float v = bf16 ? BF16ToF32(in[i]) : F16ToF32(in[i]);
-    out[i] = ref ? ref[i] + v : v;
+  if (bf16) {
+    ref ? DecodeHalfOf<true, true>(in, ref, out, n) : DecodeHalfOf<false, true>(in, ref, out, n);
+  } else {
+    ref ? DecodeHalfOf<true, false>(in, ref, out, n) : DecodeHalfOf<false, false>(in, ref, out, n);
   }
 }
 
@@ -158,12 +230,14 @@ void EncodeInt8(const float* in, const float* ref, float* scales, int8_t* q, siz
   float d[4096];
   for (size_t b0 = 0, k = 0; b0 < n; b0 += block, ++k) {
     const size_t len = std::min(block, n - b0);
-    float amax = 0;
-    for (size_t i = 0; i < len; ++i) {
-      d[i] = ref ? in[b0 + i] - ref[b0 + i] : in[b0 + i];
-      amax = std::max(amax, std::fabs(d[i]));
+    int32_t amax = 0;
+    if (ref) {
+      for (size_t i = 0; i < len; ++i) d[i] = in[b0 + i] - ref[b0 + i];
+    } else {
+      std::memcpy(d, in + b0, len * sizeof(float));
     }
-    const float scale = amax / 127.0f;
+    for (size_t i = 0; i < len; ++i) amax = std::max(amax, AbsBits(d[i]));
+    const float scale = FromBits(static_cast<uint32_t>(amax)) / 127.0f;
     scales[k] = scale;
     if (scale == 0) {
       std::memset(q + b0, 0, len);

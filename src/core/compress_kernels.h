@@ -17,16 +17,20 @@ void XorBytes(const uint8_t* in, const uint8_t* ref, uint8_t* out, size_t bytes)
 
 // Round-to-nearest-even casts of one value; NaN stays NaN (quiet), and
 // F32ToF16 turns values beyond the half range into infinities (callers
-// check HalfRangeOk first).
+// compare the absolute maximum with kHalfMax first). Branch-free, so the
+// loops below vectorize; tests/core/compress_kernels_test.cpp checks them
+// against an independent rounding in double.
 uint16_t F32ToBF16(float x);
 float BF16ToF32(uint16_t h);
 uint16_t F32ToF16(float x);
 float F16ToF32(uint16_t h);
 
-// True when every value is finite; *absmax receives the largest |x|.
+// True when every value is finite; *absmax then receives the largest |x|
+// (of no use otherwise).
 bool FiniteAbsMax(const float* x, size_t n, float* absmax);
 // True when every x[i] and ref[i] and every x[i] - ref[i] + err[i] (err
-// may be null) is finite; *absmax receives the largest |x - ref + err|.
+// may be null) is finite; *absmax then receives the largest
+// |x - ref + err|.
 // One pass where three took 3x the memory traffic on a 265 MB model.
 bool FiniteDeltaAbsMax(const float* x, const float* ref, const float* err, size_t n, float* absmax);
 // Largest magnitude an fp16 cast keeps finite.
