@@ -281,16 +281,34 @@ float TopKThreshold(const float* in, const float* ref, const float* err, size_t 
   return std::max(*kth, kLeast);
 }
 
-void SparsifyTarget(const float* in, const float* ref, const float* err, float thr, float* target,
-                    size_t n) {
+namespace {
+
+template <bool kErr>
+void SparsifyTargetOf(const float* in, const float* ref, const float* err, float thr,
+                      float* target, size_t n) {
   for (size_t i = 0; i < n; ++i) {
-    const float d = in[i] - ref[i] + (err ? err[i] : 0.0f);
+    const float d = kErr ? in[i] - ref[i] + err[i] : in[i] - ref[i];
     target[i] = std::fabs(d) >= thr ? ref[i] + d : ref[i];
   }
 }
 
+template <bool kErr>
+void ResidualOfOf(const float* in, const float* err, const float* decoded, float* err_out,
+                  size_t n) {
+  for (size_t i = 0; i < n; ++i) err_out[i] = (kErr ? in[i] + err[i] : in[i]) - decoded[i];
+}
+
+}  // namespace
+
+void SparsifyTarget(const float* in, const float* ref, const float* err, float thr, float* target,
+                    size_t n) {
+  err ? SparsifyTargetOf<true>(in, ref, err, thr, target, n)
+      : SparsifyTargetOf<false>(in, ref, nullptr, thr, target, n);
+}
+
 void ResidualOf(const float* in, const float* err, const float* decoded, float* err_out, size_t n) {
-  for (size_t i = 0; i < n; ++i) err_out[i] = in[i] + (err ? err[i] : 0.0f) - decoded[i];
+  err ? ResidualOfOf<true>(in, err, decoded, err_out, n)
+      : ResidualOfOf<false>(in, nullptr, decoded, err_out, n);
 }
 
 }  // namespace xsilo::compress
