@@ -1,7 +1,9 @@
 // What each update codec costs on this machine, idle: one F32 tensor of a
 // model's size (Big by default) whose every value moved by normal(0, 1e-3)
 // from a reference of normal(0, 0.05) weights, encoded as a delta against
-// the reference and decoded back, by recipe (docs/compression.md).
+// the reference and decoded back, by recipe (docs/compression.md); and
+// the model itself without a delta (what a server's first broadcast of it
+// takes).
 //
 //   compress_speed [--elements 66362880] [--repeats 3] [--threads 0]
 //                  [--topk 0.01] [--json compress_speed.json]
@@ -78,6 +80,9 @@ int main(int argc, char** argv) {
       {"int8+zstd delta", {Quant::kInt8, true, true, 0}},
       {"lossless " + k + " delta", {Quant::kNone, true, true, topk}},
       {"int8+zstd " + k + " delta", {Quant::kInt8, true, true, topk}},
+      {"lossless model", {Quant::kNone, true, false, 0}},
+      {"bf16+zstd model", {Quant::kBF16, true, false, 0}},
+      {"int8+zstd model", {Quant::kInt8, true, false, 0}},
   };
   nlohmann::json rows = nlohmann::json::array();
   std::printf("%-28s %8s %18s %18s\n", "recipe", "ratio", "encode ms", "decode ms");
