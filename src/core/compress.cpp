@@ -448,6 +448,17 @@ std::string_view QuantName(Quant q) {
   return "none";
 }
 
+void AddDifference(const float* update, const float* ours, const float* cast, float* out,
+                   uint64_t n, int threads) {
+  constexpr uint64_t kPiece = 1 << 20;  // values
+  (void)ParallelFor((n + kPiece - 1) / kPiece, threads, [&](uint64_t i, int) {
+    const uint64_t first = i * kPiece;
+    compress::AddDifference(update + first, ours + first, cast + first, out + first,
+                            std::min(kPiece, n - first));
+    return Status::OK();
+  });
+}
+
 uint64_t ReferenceDigest(const TensorMap& reference) {
   std::string s;
   for (const auto& [name, t] : reference) {
@@ -679,6 +690,7 @@ CodecEstimate EstimateCodec(const TensorMap& tensors, const TensorRecipe& recipe
   e.encode_Bps = double(raw) / enc_s;
   e.decode_Bps = double(raw) / dec_s;
   e.sampled_bytes = raw;
+  e.delta_sampled = recipe.delta && !ref_sample.tensors.empty();
   return e;
 }
 

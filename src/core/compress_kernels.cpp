@@ -284,8 +284,8 @@ float TopKThreshold(const float* in, const float* ref, const float* err, size_t 
 namespace {
 
 template <bool kErr>
-void SparsifyTargetOf(const float* in, const float* ref, const float* err, float thr,
-                      float* target, size_t n) {
+void SparsifyTargetOf(const float* in, const float* ref, const float* err, float thr, float* target,
+                      size_t n) {
   for (size_t i = 0; i < n; ++i) {
     const float d = kErr ? in[i] - ref[i] + err[i] : in[i] - ref[i];
     target[i] = std::fabs(d) >= thr ? ref[i] + d : ref[i];
@@ -309,6 +309,11 @@ void SparsifyTarget(const float* in, const float* ref, const float* err, float t
 void ResidualOf(const float* in, const float* err, const float* decoded, float* err_out, size_t n) {
   err ? ResidualOfOf<true>(in, err, decoded, err_out, n)
       : ResidualOfOf<false>(in, nullptr, decoded, err_out, n);
+}
+
+void AddDifference(const float* update, const float* ours, const float* cast, float* out,
+                   size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = update[i] + (ours[i] - cast[i]);
 }
 
 }  // namespace xsilo::compress

@@ -64,4 +64,7 @@ void SparsifyTarget(const float* in, const float* ref, const float* err, float t
 // receiver's `decoded` still lacks, carried into the next update.
 void ResidualOf(const float* in, const float* err, const float* decoded, float* err_out, size_t n);
 
+// out[i] = update[i] + (ours[i] - cast[i]); out may be update.
+void AddDifference(const float* update, const float* ours, const float* cast, float* out, size_t n);
+
 }  // namespace xsilo::compress

@@ -619,6 +619,25 @@ TEST(Compress, EstimateSeesCompressibility) {
   EXPECT_NEAR(w.ratio, st.ratio(), 0.02);
 }
 
+TEST(Compress, AnEstimateSaysWhetherItsDeltaHadAReference) {
+  const std::vector<float> base = Weights(1 << 20, 63);
+  Message update;
+  update.tensors.emplace("w", TensorOf(DType::kF32, Stepped(base, 64, 1e-3f)));
+  TensorMap same, other;
+  same.emplace("w", TensorOf(DType::kF32, base));
+  other.emplace("v", TensorOf(DType::kF32, base));
+  const TensorRecipe delta{.delta = true};
+  const CodecEstimate with = EstimateCodec(update.tensors, delta, {}, &same);
+  const CodecEstimate without = EstimateCodec(update.tensors, delta, {}, &other);
+  const CodecEstimate none = EstimateCodec(update.tensors, delta, {});
+  EXPECT_TRUE(with.delta_sampled);
+  EXPECT_FALSE(without.delta_sampled) << "no tensor of the reference has the update's name";
+  EXPECT_FALSE(none.delta_sampled);
+  EXPECT_FALSE(EstimateCodec(update.tensors, {}, {}, &same).delta_sampled) << "not a delta recipe";
+  // The delta's ratio is the update's change, the other the whole tensor's.
+  EXPECT_LT(with.ratio, without.ratio - 0.05);
+}
+
 TEST(Compress, TensorOver2GiB) {
   // 2 GiB + 3 bytes of mostly zeros: 64-bit offsets and chunk counts.
   const uint64_t n = (2ull << 30) + 3;

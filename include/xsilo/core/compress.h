@@ -119,6 +119,13 @@ Status DecompressMessage(Message* m, const ReferenceLookup& references = {},
 // The XXH3 digest a codec table records of a reference tensor map.
 uint64_t ReferenceDigest(const TensorMap& reference);
 
+// out[i] = update[i] + (ours[i] - cast[i]) for n F32 values, on up to
+// `threads` threads (0: the hardware's, at most 4); `out` may be `update`.
+// Moves an update made from a lossy cast of `ours` (what its sender held)
+// onto `ours` itself (xsilo/transport/compression.h).
+void AddDifference(const float* update, const float* ours, const float* cast, float* out,
+                   uint64_t n, int threads = 0);
+
 // The documented error bound of a lossy recipe for one value x (whose
 // int8 block has absolute maximum `block_absmax`): the largest |x' - x|.
 //   bf16: max(|x| 2^-8, 2^-134)     (half an ulp of 8 significant bits)
@@ -135,6 +142,11 @@ struct CodecEstimate {
   double encode_Bps = 0;  // raw bytes per second, all threads
   double decode_Bps = 0;
   uint64_t sampled_bytes = 0;
+  // For a delta recipe: whether the sample had a reference to take its
+  // difference from (the reference holds a tensor of the same name, dtype
+  // and shape as one sampled). Without it the figures are the recipe's
+  // without a delta, as a message with those tensors would be encoded.
+  bool delta_sampled = false;
 };
 // Encodes and decodes `sample_bytes` (at least one chunk, at most eight)
 // in pieces of one chunk taken evenly across the eligible tensors of

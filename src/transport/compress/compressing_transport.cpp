@@ -373,7 +373,10 @@ class CompressingTransport final : public ForwardingTransport {
         continue;
       }
       c.estimate = EstimateCodec(m.tensors, r, policy_.codec, r.delta ? reference : nullptr);
-      if (c.estimate.sampled_bytes > 0) {
+      // A delta recipe sampled without its reference (other tensor names)
+      // measured the codec without a delta: right for this message, but
+      // not the delta's speed to remember.
+      if (c.estimate.sampled_bytes > 0 && (!r.delta || c.estimate.delta_sampled)) {
         std::lock_guard<std::mutex> lock(mu_);
         speeds_[RecipeName(r)] = {c.estimate.encode_Bps, c.estimate.decode_Bps, Clock::now()};
       }
@@ -468,19 +471,25 @@ class CompressingTransport final : public ForwardingTransport {
   }
 
   Status OnDelivery(Message m, const std::function<bool()>& abandon) override {
+    std::set<std::string> decoded;  // into Buffers of their own
     if (m.params.count(kCodecParam)) {
       const auto start = Clock::now();
       std::shared_ptr<const TensorMap> pin;
+      std::map<std::string, const uint8_t*> before;
+      for (const auto& [name, t] : m.tensors) before[name] = t.data.data();
       Status s = DecompressMessage(&m, Lookup(&pin), policy_.codec);
       if (!s.ok()) {
         std::cerr << "xsilo compression rank " << rank() << ": dropping message from rank "
                   << m.sender << ": " << s.ToString() << "\n";
         return Status::OK();
       }
+      for (const auto& [name, t] : m.tensors) {
+        if (before[name] != t.data.data()) decoded.insert(name);
+      }
       std::lock_guard<std::mutex> lock(mu_);
       summary_.decode_seconds += std::chrono::duration<double>(Clock::now() - start).count();
     }
-    if (auto base = m.GetInt(kDeltaBaseParam); base.ok()) CorrectUpdate(&m, *base);
+    if (auto base = m.GetInt(kDeltaBaseParam); base.ok()) CorrectUpdate(&m, *base, decoded);
     if (auto key = m.GetInt(kDeltaRefParam); key.ok()) {
       if (std::string why; DeltaCannotPay({m.sender}, m, /*sample=*/false, &why)) {
         NoteSkipped(": reference " + std::to_string(*key) + " from rank " +
@@ -522,7 +531,7 @@ class CompressingTransport final : public ForwardingTransport {
         if (!base) base = NewestOwnedReference();
         if (!base) return false;
         CodecEstimate e = EstimateCodec(m.tensors, r, policy_.codec, base.get());
-        if (e.sampled_bytes == 0) return false;
+        if (e.sampled_bytes == 0 || !e.delta_sampled) return false;
         std::lock_guard<std::mutex> lock(mu_);
         speeds_[RecipeName(r)] = {e.encode_Bps, e.decode_Bps, Clock::now()};
       }
@@ -562,9 +571,10 @@ class CompressingTransport final : public ForwardingTransport {
   // (what the peer held), not from our tensors: every F32 tensor becomes
   // update + (ours - cast), so that what reaches the application is our
   // own model plus the peer's change. Without it a FedAvg server's model
-  // took each round's cast error on for good. Fresh Buffers: received ones
-  // may be read-only mappings.
-  void CorrectUpdate(Message* m, int64_t base) {
+  // took each round's cast error on for good. In place for the tensors we
+  // decoded (`decoded`: their Buffers are ours alone), into fresh Buffers
+  // for the others: received ones may be read-only mappings.
+  void CorrectUpdate(Message* m, int64_t base, const std::set<std::string>& decoded) {
     std::shared_ptr<const TensorMap> cast, ours;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -582,15 +592,18 @@ class CompressingTransport final : public ForwardingTransport {
           c->second.dtype != DType::kF32 || o->second.dtype != DType::kF32) {
         continue;
       }
-      auto out = Buffer::Allocate(t.nbytes());
-      if (!out.ok()) continue;  // left as it came: the change is still right
-      const uint64_t n = t.nbytes() / 4;
-      const auto* u = reinterpret_cast<const float*>(t.data.data());
-      const auto* cv = reinterpret_cast<const float*>(c->second.data.data());
-      const auto* ov = reinterpret_cast<const float*>(o->second.data.data());
-      auto* w = reinterpret_cast<float*>(out->mutable_data());
-      for (uint64_t i = 0; i < n; ++i) w[i] = u[i] + (ov[i] - cv[i]);
-      t.data = *std::move(out);
+      Buffer out = t.data;
+      if (!decoded.count(name)) {
+        auto fresh = Buffer::Allocate(t.nbytes());
+        if (!fresh.ok()) continue;  // left as it came: the change is still right
+        out = *std::move(fresh);
+      }
+      AddDifference(reinterpret_cast<const float*>(t.data.data()),
+                    reinterpret_cast<const float*>(o->second.data.data()),
+                    reinterpret_cast<const float*>(c->second.data.data()),
+                    reinterpret_cast<float*>(out.mutable_data()), t.nbytes() / 4,
+                    policy_.codec.threads);
+      t.data = std::move(out);
       ++corrected;
     }
     if (DebugLog() && corrected > 0) {
