@@ -690,7 +690,8 @@ CodecEstimate EstimateCodec(const TensorMap& tensors, const TensorRecipe& recipe
   e.encode_Bps = double(raw) / enc_s;
   e.decode_Bps = double(raw) / dec_s;
   e.sampled_bytes = raw;
-  e.delta_sampled = recipe.delta && !ref_sample.tensors.empty();
+  // Every piece against the reference: a mixed sample is neither speed.
+  e.delta_sampled = recipe.delta && ref_sample.tensors.size() == sample.tensors.size();
   return e;
 }
 

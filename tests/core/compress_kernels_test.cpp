@@ -70,8 +70,10 @@ float RefF16Value(uint16_t h) {
 // between fp16 subnormals, and random patterns.
 std::vector<float> CastInputs() {
   std::vector<float> v;
-  const uint32_t lows[] = {0,      1,      0x0fff, 0x1000, 0x1001, 0x2fff, 0x3000, 0x3001,
-                           0x7fff, 0x8000, 0x8001, 0x9000, 0xc000, 0xefff, 0xffff};
+  // (0xe000 and 0xf000 make 65504 and 65520, fp16's largest value and
+  // the tie above it that rounds to infinity.)
+  const uint32_t lows[] = {0,      1,      0x0fff, 0x1000, 0x1001, 0x2fff, 0x3000, 0x3001, 0x7fff,
+                           0x8000, 0x8001, 0x9000, 0xc000, 0xe000, 0xefff, 0xf000, 0xffff};
   for (uint32_t hi = 0; hi < 0x10000; ++hi)
     for (uint32_t lo : lows) v.push_back(FromBits(hi << 16 | lo));
   for (int k = 0; k < 2048; ++k) v.push_back(std::ldexp(2.0f * k + 1, -25));  // fp16 ties
@@ -189,6 +191,11 @@ TEST(CompressKernels, FiniteScansFindTheLargestMagnitudeAndEveryNonFiniteValue) 
   EXPECT_EQ(got, want_d);
   ASSERT_TRUE(FiniteDeltaAbsMax(x.data(), ref.data(), err.data(), kN, &got));
   EXPECT_EQ(got, want_e);
+  // The largest magnitude of a negative value (a scan that kept the sign
+  // bit would take 1 for the larger).
+  const std::vector<float> signs = {1.0f, -2.0f, 0.5f};
+  ASSERT_TRUE(FiniteAbsMax(signs.data(), signs.size(), &got));
+  EXPECT_EQ(got, 2.0f);
   // Signed zeros and subnormals are finite.
   const std::vector<float> tiny = {-0.0f, 0.0f, 1e-45f, -1e-40f};
   ASSERT_TRUE(FiniteAbsMax(tiny.data(), tiny.size(), &got));

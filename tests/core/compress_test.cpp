@@ -638,6 +638,38 @@ TEST(Compress, AnEstimateSaysWhetherItsDeltaHadAReference) {
   EXPECT_LT(with.ratio, without.ratio - 0.05);
 }
 
+// The finite scan and the correction of a cast run in pieces of 2^20
+// values on several threads: what only a later piece holds must count.
+TEST(Compress, ScansAndCorrectionsSeeEveryPieceOfALargeTensor) {
+  const size_t n = (1u << 20) * 2 + 5;
+  const std::vector<float> w = Weights(n, 67);
+  for (size_t at : {size_t{1} << 20, n - 1}) {
+    SCOPED_TRACE(at);
+    // A value beyond fp16's range only there: fp16 falls back to bf16.
+    std::vector<float> big = w;
+    big[at] = 70000.0f;
+    Message m;
+    m.tensors.emplace("w", TensorOf(DType::kF32, big));
+    ASSERT_TRUE(CompressMessage(&m, {.quant = Quant::kFP16}, {.threads = 2}).ok());
+    const Json table = Json::parse(std::get<std::string>(m.params.at(kCodecParam)));
+    EXPECT_EQ(table["t"]["w"]["q"], "bf16");
+    // A NaN only there: the tensor goes lossless, bit for bit.
+    std::vector<float> nan = w;
+    nan[at] = std::numeric_limits<float>::quiet_NaN();
+    Message q;
+    q.tensors.emplace("w", TensorOf(DType::kF32, nan));
+    ASSERT_TRUE(CompressMessage(&q, {.quant = Quant::kInt8}, {.threads = 2}).ok());
+    ASSERT_TRUE(DecompressMessage(&q).ok());
+    EXPECT_EQ(std::memcmp(q.tensors.at("w").data.data(), nan.data(), n * 4), 0);
+  }
+  // update + (ours - cast), in place, against the sum value by value.
+  const std::vector<float> ours = Weights(n, 68), cast = Weights(n, 69);
+  std::vector<float> update = w, want(n);
+  for (size_t i = 0; i < n; ++i) want[i] = w[i] + (ours[i] - cast[i]);
+  AddDifference(update.data(), ours.data(), cast.data(), update.data(), n, 2);
+  EXPECT_EQ(std::memcmp(update.data(), want.data(), n * 4), 0);
+}
+
 TEST(Compress, TensorOver2GiB) {
   // 2 GiB + 3 bytes of mostly zeros: 64-bit offsets and chunk counts.
   const uint64_t n = (2ull << 30) + 3;

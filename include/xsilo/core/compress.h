@@ -142,10 +142,11 @@ struct CodecEstimate {
   double encode_Bps = 0;  // raw bytes per second, all threads
   double decode_Bps = 0;
   uint64_t sampled_bytes = 0;
-  // For a delta recipe: whether the sample had a reference to take its
-  // difference from (the reference holds a tensor of the same name, dtype
-  // and shape as one sampled). Without it the figures are the recipe's
-  // without a delta, as a message with those tensors would be encoded.
+  // For a delta recipe: whether every sampled piece had a reference to
+  // take its difference from (the reference holds a tensor of the same
+  // name, dtype and shape). Without it the figures are (partly) the
+  // recipe's without a delta, as a message with those tensors would be
+  // encoded.
   bool delta_sampled = false;
 };
 // Encodes and decodes `sample_bytes` (at least one chunk, at most eight)
