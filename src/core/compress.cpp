@@ -121,22 +121,29 @@ bool SameLayout(const Tensor& a, const Tensor& b) {
   return a.dtype == b.dtype && a.shape == b.shape && a.nbytes() == b.nbytes();
 }
 
+// Runs fn(first, len) over n values in pieces of 2^20 on up to `threads`
+// threads: the whole-tensor passes outside the chunked encode (a Big
+// update's 265 MB, its reference beside it) would otherwise take one core.
+constexpr uint64_t kPiece = 1 << 20;  // values
+template <typename Fn>
+void ForPieces(uint64_t n, int threads, Fn fn) {
+  (void)ParallelFor((n + kPiece - 1) / kPiece, threads, [&](uint64_t i, int) {
+    fn(i, i * kPiece, std::min(kPiece, n - i * kPiece));
+    return Status::OK();
+  });
+}
+
 // Whether n values x (minus ref plus err, when ref is given; err may be
-// null) are all finite, and their largest magnitude in *amax. The scan
-// reads the whole tensor and its reference (530 MB for a Big update: 60-90
-// ms on one thread), so pieces of it run on the encode's threads.
+// null) are all finite, and their largest magnitude in *amax.
 bool FiniteScan(const float* x, const float* ref, const float* err, uint64_t n, int threads,
                 float* amax) {
-  constexpr uint64_t kPiece = 1 << 20;  // values
   const uint64_t pieces = (n + kPiece - 1) / kPiece;
   std::vector<float> m(pieces, 0);
   std::vector<uint8_t> ok(pieces, 0);
-  (void)ParallelFor(pieces, threads, [&](uint64_t i, int) {
-    const uint64_t first = i * kPiece, len = std::min(kPiece, n - first);
+  ForPieces(n, threads, [&](uint64_t i, uint64_t first, uint64_t len) {
     ok[i] = ref ? compress::FiniteDeltaAbsMax(x + first, ref + first, err ? err + first : nullptr,
                                               len, &m[i])
                 : compress::FiniteAbsMax(x + first, len, &m[i]);
-    return Status::OK();
   });
   *amax = 0;
   for (uint64_t i = 0; i < pieces; ++i) {
@@ -450,12 +457,8 @@ std::string_view QuantName(Quant q) {
 
 void AddDifference(const float* update, const float* ours, const float* cast, float* out,
                    uint64_t n, int threads) {
-  constexpr uint64_t kPiece = 1 << 20;  // values
-  (void)ParallelFor((n + kPiece - 1) / kPiece, threads, [&](uint64_t i, int) {
-    const uint64_t first = i * kPiece;
-    compress::AddDifference(update + first, ours + first, cast + first, out + first,
-                            std::min(kPiece, n - first));
-    return Status::OK();
+  ForPieces(n, threads, [&](uint64_t, uint64_t first, uint64_t len) {
+    compress::AddDifference(update + first, ours + first, cast + first, out + first, len);
   });
 }
 

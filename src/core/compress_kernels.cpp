@@ -1,6 +1,7 @@
 #include "core/compress_kernels.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -8,17 +9,8 @@
 namespace xsilo::compress {
 namespace {
 
-uint32_t Bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-
-float FromBits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+uint32_t Bits(float x) { return std::bit_cast<uint32_t>(x); }
+float FromBits(uint32_t u) { return std::bit_cast<float>(u); }
 
 // Rounds to the nearest integer, ties to even (the default rounding
 // mode's, as std::nearbyint), for |v| < 2^22: added to 1.5 * 2^23 a float
@@ -29,71 +21,61 @@ inline float RoundHalfEven(float v) {
   return (v + kMagic) - kMagic;
 }
 
-}  // namespace
-
-namespace {
-
-// With the element size a constant the compiler turns the byte gathers
-// into vector shuffles; with it a variable each byte was one load.
-template <size_t kElem>
-void ShuffleOf(const uint8_t* in, uint8_t* out, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    for (size_t b = 0; b < kElem; ++b) out[b * n + i] = in[i * kElem + b];
+// Byte b of element i goes to plane b (out[b * n + i] = in[i * elem + b])
+// or back (kBack). With the element size a constant the compiler turns
+// the byte gathers into vector shuffles; with it a variable each byte was
+// one load.
+template <bool kBack, size_t kElem>
+void PlanesOf(const uint8_t* in, uint8_t* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t b = 0; b < kElem; ++b) {
+      if (kBack) {
+        out[i * kElem + b] = in[b * n + i];
+      } else {
+        out[b * n + i] = in[i * kElem + b];
+      }
+    }
+  }
 }
 
-template <size_t kElem>
-void UnshuffleOf(const uint8_t* in, uint8_t* out, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    for (size_t b = 0; b < kElem; ++b) out[i * kElem + b] = in[b * n + i];
+template <bool kBack>
+void Planes(const uint8_t* in, uint8_t* out, size_t n, size_t elem) {
+  switch (elem) {
+    case 1:
+      std::memcpy(out, in, n);
+      return;
+    case 2:
+      return PlanesOf<kBack, 2>(in, out, n);
+    case 4:
+      return PlanesOf<kBack, 4>(in, out, n);
+    case 8:
+      return PlanesOf<kBack, 8>(in, out, n);
+  }
+  // Other sizes: blocks of 256 elements keep the `elem` planes in cache
+  // lines.
+  constexpr size_t kBlock = 256;
+  for (size_t i0 = 0; i0 < n; i0 += kBlock) {
+    const size_t i1 = std::min(n, i0 + kBlock);
+    for (size_t b = 0; b < elem; ++b) {
+      for (size_t i = i0; i < i1; ++i) {
+        if (kBack) {
+          out[i * elem + b] = in[b * n + i];
+        } else {
+          out[b * n + i] = in[i * elem + b];
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
 
 void Shuffle(const uint8_t* in, uint8_t* out, size_t n, size_t elem) {
-  switch (elem) {
-    case 1:
-      std::memcpy(out, in, n);
-      return;
-    case 2:
-      return ShuffleOf<2>(in, out, n);
-    case 4:
-      return ShuffleOf<4>(in, out, n);
-    case 8:
-      return ShuffleOf<8>(in, out, n);
-  }
-  // Blocks of 256 elements keep the `elem` output streams in cache lines.
-  constexpr size_t kBlock = 256;
-  for (size_t i0 = 0; i0 < n; i0 += kBlock) {
-    const size_t i1 = std::min(n, i0 + kBlock);
-    for (size_t b = 0; b < elem; ++b) {
-      uint8_t* o = out + b * n;
-      const uint8_t* p = in + b;
-      for (size_t i = i0; i < i1; ++i) o[i] = p[i * elem];
-    }
-  }
+  Planes<false>(in, out, n, elem);
 }
 
 void Unshuffle(const uint8_t* in, uint8_t* out, size_t n, size_t elem) {
-  switch (elem) {
-    case 1:
-      std::memcpy(out, in, n);
-      return;
-    case 2:
-      return UnshuffleOf<2>(in, out, n);
-    case 4:
-      return UnshuffleOf<4>(in, out, n);
-    case 8:
-      return UnshuffleOf<8>(in, out, n);
-  }
-  constexpr size_t kBlock = 256;
-  for (size_t i0 = 0; i0 < n; i0 += kBlock) {
-    const size_t i1 = std::min(n, i0 + kBlock);
-    for (size_t b = 0; b < elem; ++b) {
-      const uint8_t* s = in + b * n;
-      uint8_t* p = out + b;
-      for (size_t i = i0; i < i1; ++i) p[i * elem] = s[i];
-    }
-  }
+  Planes<true>(in, out, n, elem);
 }
 
 void XorBytes(const uint8_t* in, const uint8_t* ref, uint8_t* out, size_t bytes) {

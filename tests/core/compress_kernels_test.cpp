@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -16,17 +17,8 @@
 namespace xsilo::compress {
 namespace {
 
-uint32_t Bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-
-float FromBits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+uint32_t Bits(float x) { return std::bit_cast<uint32_t>(x); }
+float FromBits(uint32_t u) { return std::bit_cast<float>(u); }
 
 // |x| rounded to nearest, ties to even, on a grid of `mant_bits` bits
 // below the leading one and no finer than 2^(emin - mant_bits) (the

@@ -373,13 +373,7 @@ class CompressingTransport final : public ForwardingTransport {
         continue;
       }
       c.estimate = EstimateCodec(m.tensors, r, policy_.codec, r.delta ? reference : nullptr);
-      // A delta recipe sampled without its reference (other tensor names)
-      // measured the codec without a delta: right for this message, but
-      // not the delta's speed to remember.
-      if (c.estimate.sampled_bytes > 0 && (!r.delta || c.estimate.delta_sampled)) {
-        std::lock_guard<std::mutex> lock(mu_);
-        speeds_[RecipeName(r)] = {c.estimate.encode_Bps, c.estimate.decode_Bps, Clock::now()};
-      }
+      Remember(r, c.estimate);
       candidates.push_back(c);
     }
     CompressionChoice choice =
@@ -530,10 +524,7 @@ class CompressingTransport final : public ForwardingTransport {
       if (sample && !HasSpeed(r)) {
         if (!base) base = NewestOwnedReference();
         if (!base) return false;
-        CodecEstimate e = EstimateCodec(m.tensors, r, policy_.codec, base.get());
-        if (e.sampled_bytes == 0 || !e.delta_sampled) return false;
-        std::lock_guard<std::mutex> lock(mu_);
-        speeds_[RecipeName(r)] = {e.encode_Bps, e.decode_Bps, Clock::now()};
+        if (!Remember(r, EstimateCodec(m.tensors, r, policy_.codec, base.get()))) return false;
       }
       if (!CannotPay(r, eligible, static_cast<double>(bytes), link, threads, /*any_age=*/true)) {
         return false;
@@ -551,6 +542,17 @@ class CompressingTransport final : public ForwardingTransport {
       ++summary_.references_skipped;
     }
     if (DebugLog()) std::cerr << "xsilo compression rank " << rank() << what << "\n";
+  }
+
+  // Keeps a sample's speeds as the recipe's (CannotPay); false when it
+  // measured nothing, or, for a delta recipe, not the delta: sampled
+  // without its reference (other tensor names) it timed the codec on
+  // whole values, right for that message but not the delta's speed.
+  bool Remember(const TensorRecipe& r, const CodecEstimate& e) {
+    if (e.sampled_bytes == 0 || (r.delta && !e.delta_sampled)) return false;
+    std::lock_guard<std::mutex> lock(mu_);
+    speeds_[RecipeName(r)] = {e.encode_Bps, e.decode_Bps, Clock::now()};
+    return true;
   }
 
   bool HasSpeed(const TensorRecipe& r) const {
