@@ -167,6 +167,12 @@ class HybridTransport final : public Transport {
     return it == fetched_Bps_.end() ? 0 : it->second;
   }
 
+  // Adaptive: the router's smoothed echo round trip; < 0 before one.
+  double MeasuredRttS(int32_t peer) override;
+  // Adaptive: the wait for echoes and probes a send of `bytes` to `peers`
+  // would start with (AwaitLink), done now.
+  void LearnLink(const std::vector<int32_t>& peers, uint64_t bytes) override;
+
   Status Start() override;
   void Stop() override;
   void SendAsync(int32_t peer, Message message, SendCallback done) override;
@@ -245,6 +251,12 @@ class HybridTransport final : public Transport {
     o.max_streams = std::max(max_streams, 1);
     return o;
   }
+
+  // Adaptive: before a message of kProbeMinBytes or more, the probes of
+  // the receivers whose probe could change its path, and the wait for
+  // them and their echoes (AutoRouter::WaitSettled). Without `wait`, false
+  // when the message would have to wait.
+  bool AwaitLink(const std::vector<int32_t>& peers, uint64_t bytes, bool wait);
 
   // Echoes to the peers whose link is to be measured (again).
   void MaybePing(const std::vector<int32_t>& peers);

@@ -5,12 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <future>
 #include <random>
 
 #include "transport/conformance.h"
+#include "xsilo/transport/forwarding.h"
 #include "xsilo/transport/registry.h"
 
 XSILO_TRANSPORT_CONFORMANCE(InprocCompressed,
@@ -598,6 +600,139 @@ TEST(CompressionChoice, ARecipeThatCannotPayEvenAtRatioZeroIsKnownWithoutSamplin
   // Unknown figures never rule a codec out.
   EXPECT_FALSE(CompressionCannotPay(100 * mb, 100 * mb, 0, 2, 300e6, 600e6, 0, 0.05));
   EXPECT_FALSE(CompressionCannotPay(100 * mb, 100 * mb, 1e9, 2, 0, 600e6, 0, 0.05));
+}
+
+// Under a ceiling (a long link not measured yet), the option with the
+// least slowdown at worst, over every speed up to the ceiling, wins.
+TEST(CompressionChoice, UnderACeilingTheLeastWorstCaseWins) {
+  const uint64_t big = 253u << 20;
+  // Lossless zstd at 0.84 costs 0.54 s of codec against 0.44 s of send at
+  // the ceiling (2.05x there); sending as it is loses at most 1/0.84.
+  const std::vector<CodecCandidate> lossless = {Candidate(Quant::kNone, 0.84, 340, 900, big)};
+  auto z = ChooseCompressionUnderCeiling(big, 600e6, 2, lossless, 0.05);
+  EXPECT_FALSE(z.compress) << z.reason;
+  EXPECT_NE(z.reason.find("at worst 1.19x"), std::string::npos) << z.reason;
+  // ...whereas at 16 MB/s, a point figure, it pays.
+  EXPECT_TRUE(ChooseCompression(big, 16e6, 2, lossless, 0.05).compress);
+  // A quarter of the bytes for 0.27 s of codec: faster at the ceiling
+  // already, and sending as it is would be up to 4x slower.
+  auto q = ChooseCompressionUnderCeiling(
+      big, 600e6, 2, {lossless[0], Candidate(Quant::kInt8, 0.25, 1000, 1000, big)}, 0.05);
+  ASSERT_TRUE(q.compress) << q.reason;
+  EXPECT_EQ(q.recipe.quant, Quant::kInt8);
+  EXPECT_NEAR(q.uncompressed_s, static_cast<double>(big) / 600e6, 1e-9);
+  EXPECT_LT(q.predicted_s, q.uncompressed_s);
+  // A bare cast (half the bytes, 0.09 s) is fastest at the ceiling; the
+  // cast with zstd (0.34 of the bytes, 0.18 s) is 1.06x slower there but
+  // the bare cast is 1.47x slower on a slow link: zstd wins here, the bare
+  // cast with a point figure at the ceiling.
+  CodecCandidate bare = Candidate(Quant::kBF16, 0.5, 3000, 3000, big);
+  bare.estimate.recipe.zstd = false;
+  CodecCandidate zstd = Candidate(Quant::kBF16, 0.341, 1000, 3000, big);
+  zstd.estimate.recipe.zstd = true;
+  auto worst = ChooseCompressionUnderCeiling(big, 600e6, 2, {bare, zstd}, 0.05);
+  ASSERT_TRUE(worst.compress) << worst.reason;
+  EXPECT_TRUE(worst.recipe.zstd) << worst.reason;
+  auto point = ChooseCompression(big, 600e6, 2, {bare, zstd}, 0.05);
+  ASSERT_TRUE(point.compress) << point.reason;
+  EXPECT_FALSE(point.recipe.zstd) << point.reason;
+  // A ceiling as high as a LAN's: the codec's own time dominates there.
+  EXPECT_FALSE(ChooseCompressionUnderCeiling(big, 1e12, 2,
+                                             {Candidate(Quant::kInt8, 0.25, 1000, 1000, big)}, 0.05)
+                   .compress);
+  EXPECT_FALSE(ChooseCompressionUnderCeiling(big, 0, 2, {bare}, 0.05).compress);
+}
+
+// An inner transport that reports given round trips, as auto+<connector>
+// does from its echoes, and counts LearnLink.
+class KnownRtt final : public ForwardingTransport {
+ public:
+  KnownRtt(std::unique_ptr<Transport> inner, std::map<int32_t, double> rtt)
+      : ForwardingTransport(std::move(inner)), rtt_(std::move(rtt)) {}
+  ~KnownRtt() override { Stop(); }
+  double MeasuredRttS(int32_t peer) override {
+    auto it = rtt_.find(peer);
+    return it == rtt_.end() ? -1 : it->second;
+  }
+  void LearnLink(const std::vector<int32_t>& peers, uint64_t bytes) override {
+    ++learned;
+    ForwardingTransport::LearnLink(peers, bytes);
+  }
+  std::atomic<int> learned{0};
+
+ private:
+  const std::map<int32_t, double> rtt_;
+};
+
+// An unmeasured link with a long round trip is bounded by
+// compression.long_link_MBps (here 1 MB/s, so that the choice does not
+// depend on this machine's codec speed); a short one stays unknown, and
+// so does a long one with the ceiling off. A broadcast needs only one
+// such receiver: the slowest one is no faster than it.
+TEST(CompressingTransport, AnUnmeasuredLongLinkIsBoundedByItsCeiling) {
+  std::vector<float> w(1 << 20);
+  std::mt19937 rng(7);
+  for (auto& x : w) x = static_cast<float>(static_cast<int>(rng() % 16) - 8) * 0.125f;
+  struct Case {
+    std::string name;
+    std::map<int32_t, double> rtt;
+    std::string ceiling;
+    bool compressed;
+  };
+  for (const Case& c : {Case{"long", {{1, 0.150}, {2, 0.150}}, "1", true},
+                        Case{"one-long", {{1, 0.001}, {2, 0.150}}, "1", true},
+                        Case{"one-unknown", {{2, 0.150}}, "1", true},
+                        Case{"short", {{1, 0.001}, {2, 0.019}}, "1", false},
+                        Case{"off", {{1, 0.150}, {2, 0.150}}, "0", false}}) {
+    SCOPED_TRACE(c.name);
+    std::map<std::string, std::string> backend = {{"compression", "lossless"},
+                                                  {"compression.long_link_MBps", c.ceiling}};
+    CompressionPolicy policy;
+    TransportOptions o, rest;
+    o.backend = backend;
+    ASSERT_TRUE(*ParseCompressionOptions(o, &policy, &rest));
+    std::vector<std::unique_ptr<Transport>> world;
+    KnownRtt* known = nullptr;
+    for (int r = 0; r < 3; ++r) {
+      TransportOptions t;
+      t.rank = r;
+      t.world_size = 3;
+      t.address = "compression-ceiling-" + c.name;
+      auto inner = TransportRegistry::Global().Create("inproc", t);
+      ASSERT_TRUE(inner.ok()) << inner.status().ToString();
+      std::unique_ptr<Transport> wrapped = std::move(inner).value();
+      if (r == 0) {
+        auto k = std::make_unique<KnownRtt>(std::move(wrapped), c.rtt);
+        known = k.get();
+        wrapped = std::move(k);
+      }
+      world.push_back(MakeCompressingTransport(std::move(wrapped), policy));
+    }
+    std::vector<std::future<Status>> starts;
+    for (auto& t : world) {
+      starts.push_back(std::async(std::launch::async, [p = t.get()] { return p->Start(); }));
+    }
+    for (auto& f : starts) ASSERT_TRUE(f.get().ok());
+    Message m;
+    m.tensors["w"] = F32(w);
+    ASSERT_TRUE(world[0]->Broadcast({1, 2}, m, 30s).ok());
+    for (int r : {1, 2}) {
+      auto got = world[r]->Receive(30s);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(std::memcmp(got->tensors.at("w").data.data(), w.data(), w.size() * 4), 0);
+    }
+    auto s = CompressionSummaryOf(*world[0]);
+    EXPECT_EQ(s->messages_compressed, c.compressed ? 1u : 0u) << s->last_choice;
+    if (c.compressed) {
+      EXPECT_NE(s->last_choice.find("unmeasured, round trip up to 150.0 ms: at most 1.0 MB/s"),
+                std::string::npos)
+          << s->last_choice;
+    } else {
+      EXPECT_NE(s->last_choice.find("not measured yet"), std::string::npos) << s->last_choice;
+    }
+    EXPECT_EQ(known->learned.load(), 1) << "the choice first learns what the send would";
+    for (auto& t : world) t->Stop();
+  }
 }
 
 // On a link faster than any codec the decorator samples each recipe once

@@ -23,6 +23,13 @@
 //   compression.min_message_bytes=1048576  auto never compresses below this
 //   compression.link_MBps=0        the link's throughput to assume before a
 //       send to the peer was measured (0: send uncompressed and measure)
+//   compression.long_link_MBps=600 without that, what an unmeasured link
+//       whose round trip is 20 ms or more (one the auto backend never
+//       probes) is assumed to give at most: auto then takes the codec with
+//       the least slowdown at worst over every speed up to it
+//       (ChooseCompressionUnderCeiling). 600 is above the fastest link the
+//       paper measured between regions (573 MB/s, many streams). 0: such
+//       a link is unknown, sent as it is until measured.
 //   compression.topk_fraction=0.01 the fraction of an update's changes
 //       top-k keeps (0 < f <= 1)
 //
@@ -50,6 +57,8 @@ struct CompressionPolicy {
   CompressOptions codec;
   uint64_t min_message_bytes = 1 << 20;
   double link_Bps_prior = 0;
+  // The ceiling of an unmeasured long link (compression.long_link_MBps).
+  double long_link_Bps = 600e6;
   // Top-k's fraction kept (0: top-k not allowed). Updates only.
   double topk = 0;
   // A codec must beat sending as it is by this fraction of the time.
@@ -87,6 +96,22 @@ struct CompressionChoice {
 // by `margin`. `link_Bps` <= 0 (unknown) never compresses.
 CompressionChoice ChooseCompression(uint64_t message_bytes, double link_Bps, int threads,
                                     const std::vector<CodecCandidate>& candidates, double margin);
+
+// The choice for a link known only to give at most `ceiling_Bps` (a long
+// one not measured yet): each option, sending as it is or a candidate,
+// takes a + b / link seconds (as in ChooseCompression) at any link speed
+// up to the ceiling; its slowdown at worst is the largest ratio of its
+// time to the best option's at the same speed. The candidate with the
+// least wins if that is `margin` below sending as it is, whose worst is on
+// the slowest links (its bytes over the fewest any candidate sends). A
+// strong cast wins at once (a few percent slower than the best near the
+// ceiling, the fewest bytes below it); lossless zstd at 0.84 does not
+// unless its codec time is small against the ceiling's send.
+// predicted_s and uncompressed_s are at the ceiling.
+CompressionChoice ChooseCompressionUnderCeiling(uint64_t message_bytes, double ceiling_Bps,
+                                                int threads,
+                                                const std::vector<CodecCandidate>& candidates,
+                                                double margin);
 
 // Whether a recipe cannot pay even at its best ratio (0 with zstd, a bare
 // cast's own size without): ChooseCompression's prediction with that ratio

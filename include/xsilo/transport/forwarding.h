@@ -39,6 +39,10 @@ class ForwardingTransport : public Transport {
   }
   std::string RouteReason() const override { return inner_->RouteReason(); }
   double MeasuredGoodputBps(int32_t peer) override { return inner_->MeasuredGoodputBps(peer); }
+  double MeasuredRttS(int32_t peer) override { return inner_->MeasuredRttS(peer); }
+  void LearnLink(const std::vector<int32_t>& peers, uint64_t bytes) override {
+    inner_->LearnLink(peers, bytes);
+  }
 
   Transport& inner() const { return *inner_; }
 

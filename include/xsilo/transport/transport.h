@@ -100,6 +100,22 @@ class Transport {
     (void)peer;
     return 0;
   }
+  // The round trip this transport has measured to `peer`, seconds; < 0
+  // when it has measured none or does not measure (auto+<connector>
+  // echoes: docs/auto.md). A decorator bounds an unmeasured link by it.
+  virtual double MeasuredRttS(int32_t peer) {
+    (void)peer;
+    return -1;
+  }
+  // Learns what a send of `bytes` to `peers` would wait to learn before
+  // choosing its path (auto+<connector>: the receivers' echoes and, on
+  // short links, the probe), and returns when that send would stop
+  // waiting, so that a decorator can decide by the figures first. The send
+  // after it then finds them and waits no more. Does nothing by default.
+  virtual void LearnLink(const std::vector<int32_t>& peers, uint64_t bytes) {
+    (void)peers;
+    (void)bytes;
+  }
 
   // Routes received messages to `handler` (on a transport thread; keep it short).
   void SetHandler(MessageHandler handler) { inbox_.SetHandler(std::move(handler)); }

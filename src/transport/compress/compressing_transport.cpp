@@ -2,10 +2,12 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <set>
@@ -69,6 +71,11 @@ std::shared_ptr<const TensorMap> CopyTensors(const TensorMap& tensors) {
   return copy;
 }
 
+// A link whose round trip is this long or longer is long: the auto
+// backend never probes it (AutoRouter::kProbeMaxRtt), so its throughput is
+// unknown until a payload crossed it, and an unmeasured one is bounded by
+// compression.long_link_MBps instead.
+constexpr double kLongRttS = 0.020;
 // Sends of fewer bytes are mostly round trips: they say little about the
 // link's throughput.
 constexpr uint64_t kMinMeasuredBytes = 256 << 10;
@@ -318,16 +325,56 @@ class CompressingTransport final : public ForwardingTransport {
   double LinkBps(const std::vector<int32_t>& peers) {
     double link = 0;
     for (int32_t p : peers) {
-      double r = inner().MeasuredGoodputBps(p);
-      if (!(r > 0)) {
-        std::lock_guard<std::mutex> lock(mu_);
-        auto it = rates_.find(p);
-        r = it != rates_.end() && it->second.samples > 0 ? it->second.Bps : policy_.link_Bps_prior;
-      }
+      const double r = PeerBps(p);
       if (!(r > 0)) return 0;
       link = link == 0 ? r : std::min(link, r);
     }
     return link;
+  }
+
+  double PeerBps(int32_t p) {
+    double r = inner().MeasuredGoodputBps(p);
+    if (!(r > 0)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = rates_.find(p);
+      r = it != rates_.end() && it->second.samples > 0 ? it->second.Bps : policy_.link_Bps_prior;
+    }
+    return r;
+  }
+
+  // LinkBps, or where it is unknown because a peer's link is long
+  // (kLongRttS or more) and unmeasured, a ceiling on the slowest peer's
+  // link: compression.long_link_MBps for such a peer, or a lower figure
+  // measured to another. The slowest peer decides a broadcast and is no
+  // faster than any peer, so the unknown short links do not matter then.
+  struct LinkFigure {
+    double Bps = 0;        // 0: unknown
+    bool ceiling = false;  // Bps bounds the link from above; it is no estimate
+    std::string note;      // why, for a ceiling
+  };
+  LinkFigure Link(const std::vector<int32_t>& peers) {
+    LinkFigure f;
+    f.Bps = LinkBps(peers);
+    if (f.Bps > 0 || !(policy_.long_link_Bps > 0)) return f;
+    double lowest = 0, longest = -1;
+    int unmeasured_long = 0;
+    for (int32_t p : peers) {
+      if (const double r = PeerBps(p); r > 0) {
+        lowest = lowest == 0 ? r : std::min(lowest, r);
+      } else if (const double rtt = inner().MeasuredRttS(p); rtt >= kLongRttS) {
+        ++unmeasured_long;
+        longest = std::max(longest, rtt);
+      }
+    }
+    if (unmeasured_long == 0) return f;
+    f.ceiling = true;
+    f.Bps = lowest > 0 ? std::min(lowest, policy_.long_link_Bps) : policy_.long_link_Bps;
+    f.note =
+        std::to_string(unmeasured_long) + " of " + std::to_string(peers.size()) +
+        (unmeasured_long == 1 ? " link" : " links") + " unmeasured, round trip up to " +
+        Fixed(longest * 1e3, 1) + " ms: at most " + Fixed(f.Bps / 1e6, 1) + " MB/s" +
+        (f.Bps < policy_.long_link_Bps ? " (a measured one)" : " (compression.long_link_MBps)");
+    return f;
   }
 
   // The recipes the policy allows for a message: `whole` ones (no delta),
@@ -353,7 +400,11 @@ class CompressingTransport final : public ForwardingTransport {
 
   CompressionChoice Choose(const std::vector<int32_t>& peers, const Message& m,
                            const TensorMap* reference, bool update) {
-    const double link = LinkBps(peers);
+    // Whatever the inner transport learns before its first send (the auto
+    // backend's echoes and probes) is learned before the choice.
+    inner().LearnLink(peers, m.payload_bytes());
+    const LinkFigure figure = Link(peers);
+    const double link = figure.Bps;
     if (link <= 0) {
       CompressionChoice c;
       c.reason = "none: the link is not measured yet (compression.link_MBps gives a prior)";
@@ -368,7 +419,9 @@ class CompressingTransport final : public ForwardingTransport {
       CodecCandidate c;
       c.eligible_bytes = CompressibleBytes(m.tensors, r, policy_.codec);
       if (c.eligible_bytes == 0) continue;
-      if (CannotPay(r, c.eligible_bytes, bytes, link, threads)) {
+      // Under a ceiling a recipe slower than the fastest link could be may
+      // still be the safest choice: every one is sampled.
+      if (!figure.ceiling && CannotPay(r, c.eligible_bytes, bytes, link, threads)) {
         skipped += (skipped.empty() ? "" : ", ") + RecipeName(r);
         continue;
       }
@@ -377,7 +430,11 @@ class CompressingTransport final : public ForwardingTransport {
       candidates.push_back(c);
     }
     CompressionChoice choice =
-        ChooseCompression(m.payload_bytes(), link, threads, candidates, policy_.margin);
+        figure.ceiling
+            ? ChooseCompressionUnderCeiling(m.payload_bytes(), link, threads, candidates,
+                                            policy_.margin)
+            : ChooseCompression(m.payload_bytes(), link, threads, candidates, policy_.margin);
+    if (figure.ceiling) choice.reason += " [" + figure.note + "]";
     if (!skipped.empty()) {
       choice.reason += (candidates.empty() ? " (" : "; ") + skipped +
                        " not sampled: slower than the link even at ratio 0" +
@@ -714,6 +771,85 @@ CompressionChoice ChooseCompression(uint64_t message_bytes, double link_Bps, int
   return best;
 }
 
+CompressionChoice ChooseCompressionUnderCeiling(uint64_t message_bytes, double ceiling_Bps,
+                                                int threads,
+                                                const std::vector<CodecCandidate>& candidates,
+                                                double margin) {
+  CompressionChoice best;
+  if (!(ceiling_Bps > 0) || message_bytes == 0) {
+    best.reason = "none: the link's throughput is unknown";
+    return best;
+  }
+  // Each option takes a + b x seconds at x = 1/link in [x0, inf): none
+  // first, then every usable candidate.
+  struct Option {
+    const CodecCandidate* c = nullptr;
+    double a = 0, b = 0, worst = 1;
+  };
+  const double total = static_cast<double>(message_bytes);
+  const double th = std::max(1, threads);
+  std::vector<Option> options = {{nullptr, 0, total}};
+  for (const auto& c : candidates) {
+    const auto& e = c.estimate;
+    if (e.encode_Bps <= 0 || e.decode_Bps <= 0 || c.eligible_bytes == 0) continue;
+    const double eligible = static_cast<double>(std::min(c.eligible_bytes, message_bytes));
+    options.push_back({&c, eligible / (e.encode_Bps * th) + eligible / (e.decode_Bps * th),
+                       total - eligible + eligible * e.ratio});
+  }
+  // The best of all at x, and where the best can change: the envelope is
+  // linear between the crossings of two options, so each option's
+  // slowdown against it is monotone there, and its largest is at x0, at a
+  // crossing, or (x -> inf) the ratio of its bytes to the fewest.
+  const double x0 = 1 / ceiling_Bps;
+  std::vector<double> xs = {x0};
+  double fewest = total;
+  for (size_t i = 0; i < options.size(); ++i) {
+    fewest = std::min(fewest, options[i].b);
+    for (size_t j = i + 1; j < options.size(); ++j) {
+      const double db = options[i].b - options[j].b;
+      if (db == 0) continue;
+      const double x = (options[j].a - options[i].a) / db;
+      if (x > x0 && std::isfinite(x)) xs.push_back(x);
+    }
+  }
+  for (Option& o : options) {
+    for (double x : xs) {
+      double envelope = o.a + o.b * x;
+      for (const Option& other : options) envelope = std::min(envelope, other.a + other.b * x);
+      o.worst = std::max(o.worst, (o.a + o.b * x) / envelope);
+    }
+    o.worst =
+        std::max(o.worst, fewest > 0 ? o.b / fewest
+                                     : (o.b > 0 ? std::numeric_limits<double>::infinity() : 1));
+  }
+  const Option* chosen = &options[0];
+  std::string tried;
+  for (const Option& o : options) {
+    if (o.c == nullptr) continue;
+    tried += ", " + RecipeName(o.c->estimate.recipe) + " " + Fixed(o.a + o.b * x0, 3) +
+             " s (ratio " + Fixed(o.c->estimate.ratio, 3) + ", at worst " + Fixed(o.worst, 2) +
+             "x)";
+    if (o.worst < chosen->worst) chosen = &o;
+  }
+  best.uncompressed_s = total * x0;
+  const std::string tail = " at up to " + Fixed(ceiling_Bps / 1e6, 1) +
+                           " MB/s, the least slowdown at worst against the best at any speed: as "
+                           "it is " +
+                           Fixed(best.uncompressed_s, 3) + " s at the ceiling (at worst " +
+                           Fixed(options[0].worst, 2) + "x)" + tried;
+  if (chosen->c != nullptr && chosen->worst < options[0].worst * (1 - margin)) {
+    best.compress = true;
+    best.recipe = chosen->c->estimate.recipe;
+    best.ratio = chosen->c->estimate.ratio;
+    best.predicted_s = chosen->a + chosen->b * x0;
+    best.reason = RecipeName(best.recipe) + tail;
+  } else {
+    best.predicted_s = best.uncompressed_s;
+    best.reason = "none" + tail;
+  }
+  return best;
+}
+
 Result<bool> ParseCompressionOptions(const TransportOptions& options, CompressionPolicy* policy,
                                      TransportOptions* rest) {
   *rest = options;
@@ -773,6 +909,7 @@ Result<bool> ParseCompressionOptions(const TransportOptions& options, Compressio
                                                  "compression.min_tensor_bytes",
                                                  "compression.min_message_bytes",
                                                  "compression.link_MBps",
+                                                 "compression.long_link_MBps",
                                                  "compression.topk_fraction"};
     if (!kKnown.count(k)) {
       std::string list;
@@ -792,6 +929,7 @@ Result<bool> ParseCompressionOptions(const TransportOptions& options, Compressio
   XSILO_ASSIGN_OR_RETURN(double min_tensor, number("compression.min_tensor_bytes", 64 << 10));
   XSILO_ASSIGN_OR_RETURN(double min_message, number("compression.min_message_bytes", 1 << 20));
   XSILO_ASSIGN_OR_RETURN(double mbps, number("compression.link_MBps", 0));
+  XSILO_ASSIGN_OR_RETURN(double long_mbps, number("compression.long_link_MBps", 600));
   XSILO_ASSIGN_OR_RETURN(double fraction, number("compression.topk_fraction", 0.01));
   if (!(fraction > 0) || fraction > 1) {
     return InvalidArgument("compression.topk_fraction must be in (0, 1]");
@@ -815,6 +953,7 @@ Result<bool> ParseCompressionOptions(const TransportOptions& options, Compressio
   p.codec.min_tensor_bytes = static_cast<uint64_t>(min_tensor);
   p.min_message_bytes = static_cast<uint64_t>(min_message);
   p.link_Bps_prior = mbps * 1e6;
+  p.long_link_Bps = long_mbps * 1e6;
   p.topk = topk ? fraction : 0;
   *policy = p;
   return true;
