@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -572,7 +573,8 @@ Status CompressMessage(Message* m, const TensorRecipe& recipe, const CompressOpt
 }
 
 Status DecompressMessage(Message* m, const ReferenceLookup& references,
-                         const CompressOptions& options) {
+                         const CompressOptions& options, std::vector<std::string>* decoded_names) {
+  if (decoded_names) decoded_names->clear();
   auto it = m->params.find(kCodecParam);
   if (it == m->params.end()) return Status::OK();
   const auto* text = std::get_if<std::string>(&it->second);
@@ -622,10 +624,24 @@ Status DecompressMessage(Message* m, const ReferenceLookup& references,
                               .WithContext("decoding tensor '" + name + "'"));
     decoded.emplace(name, std::move(out));
   }
-  for (auto& [name, t] : decoded) m->tensors[name] = std::move(t);
+  for (auto& [name, t] : decoded) {
+    m->tensors[name] = std::move(t);
+    if (decoded_names) decoded_names->push_back(name);
+  }
   m->params.erase(kCodecParam);
   return Status::OK();
 }
+
+namespace {
+
+// The calling thread's CPU time, seconds; < 0 where it cannot be read.
+double ThreadCpuSeconds() {
+  timespec ts{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+}  // namespace
 
 CodecEstimate EstimateCodec(const TensorMap& tensors, const TensorRecipe& recipe,
                             const CompressOptions& options, const TensorMap* reference,
@@ -677,17 +693,24 @@ CodecEstimate EstimateCodec(const TensorMap& tensors, const TensorRecipe& recipe
   if (raw == 0) return e;
   Message m = sample;
   CompressStats st;
+  const double c0 = ThreadCpuSeconds();
   const auto t0 = Clock::now();
   if (!CompressMessage(&m, recipe, one, &ref_sample.tensors, 0, &st).ok()) return e;
   const auto t1 = Clock::now();
+  const double c1 = ThreadCpuSeconds();
   const TensorMap* rs = &ref_sample.tensors;
   if (!DecompressMessage(
            &m, [rs](int64_t) { return rs; }, one)
            .ok())
     return e;
   const auto t2 = Clock::now();
+  const double c2 = ThreadCpuSeconds();
   const double enc_s = std::max(1e-6, std::chrono::duration<double>(t1 - t0).count());
   const double dec_s = std::max(1e-6, std::chrono::duration<double>(t2 - t1).count());
+  if (c0 >= 0 && c1 >= c0 && c2 >= c1) {
+    e.encode_cpu_Bps = double(raw) / std::max(1e-6, c1 - c0);
+    e.decode_cpu_Bps = double(raw) / std::max(1e-6, c2 - c1);
+  }
   // Tensors that did not get smaller stay raw: they count at ratio 1.
   e.ratio = double(st.encoded_bytes + (raw - st.raw_bytes)) / double(raw);
   e.encode_Bps = double(raw) / enc_s;

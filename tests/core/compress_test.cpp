@@ -250,6 +250,26 @@ TEST(Compress, Fp16FallsBackToBf16BeyondTheHalfRange) {
   ExpectWithinBound(Quant::kBF16, x, m.tensors.at("w"), 256);
 }
 
+// The caller learns which tensors were decoded (each into a Buffer only
+// the message holds, which it may change in place) and which travelled
+// as they were, sharing the sender's Buffer.
+TEST(Compress, DecompressNamesTheTensorsItDecoded) {
+  std::vector<float> x = Weights(70000, 21);
+  Message m;
+  m.tensors.emplace("w", TensorOf(DType::kF32, x));
+  m.tensors.emplace("bias", TensorOf(DType::kF32, Weights(10, 22)));  // under min_tensor_bytes
+  ASSERT_TRUE(CompressMessage(&m, {.quant = Quant::kBF16}, {}).ok());
+  const uint8_t* bias = m.tensors.at("bias").data.data();
+  std::vector<std::string> decoded = {"stale"};
+  ASSERT_TRUE(DecompressMessage(&m, {}, {}, &decoded).ok());
+  EXPECT_EQ(decoded, std::vector<std::string>{"w"});
+  EXPECT_EQ(m.tensors.at("bias").data.data(), bias) << "left as it came";
+  EXPECT_EQ(m.tensors.at("w").nbytes(), x.size() * 4);
+  // Without a table nothing is decoded, and the list says so.
+  ASSERT_TRUE(DecompressMessage(&m, {}, {}, &decoded).ok());
+  EXPECT_TRUE(decoded.empty());
+}
+
 TEST(Compress, LossyRecipesLeaveOtherDTypesLossless) {
   Message m;
   m.tensors.emplace("steps", Structured(DType::kI64, 20000, 17));
@@ -613,6 +633,12 @@ TEST(Compress, EstimateSeesCompressibility) {
   EXPECT_LT(q.ratio, 0.27);
   EXPECT_GT(w.encode_Bps, 0);
   EXPECT_GT(w.decode_Bps, 0);
+  // One thread's CPU time never exceeds the wall time around it (the CPU
+  // clock is read just outside the wall clock's readings: 1% of slack).
+  for (const CodecEstimate* e : {&w, &r, &q}) {
+    EXPECT_GE(e->encode_cpu_Bps, e->encode_Bps * 0.99);
+    EXPECT_GE(e->decode_cpu_Bps, e->decode_Bps * 0.99);
+  }
   // And the estimate agrees with a full compression of the payload.
   CompressStats st;
   ASSERT_TRUE(CompressMessage(&weights, {}, {}, nullptr, 0, &st).ok());

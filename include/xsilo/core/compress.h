@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "xsilo/core/message.h"
 #include "xsilo/core/status.h"
@@ -113,8 +114,13 @@ using ReferenceLookup = std::function<const TensorMap*(int64_t key)>;
 // removes the table. Corrupt for any malformed table or frame, a chunk
 // whose checksum does not match, or a delta whose reference is missing or
 // differs from the sender's (FailedPrecondition for a missing one).
+// `decoded` (optional) gets the names of the tensors it decoded: each into
+// a Buffer of its own that only the message holds, which the caller may
+// change in place (the tensors it left alone may share the sender's or a
+// transport's read-only Buffers).
 Status DecompressMessage(Message* m, const ReferenceLookup& references = {},
-                         const CompressOptions& options = {});
+                         const CompressOptions& options = {},
+                         std::vector<std::string>* decoded = nullptr);
 
 // The XXH3 digest a codec table records of a reference tensor map.
 uint64_t ReferenceDigest(const TensorMap& reference);
@@ -139,8 +145,15 @@ double QuantErrorBound(Quant q, float x, float block_absmax);
 struct CodecEstimate {
   TensorRecipe recipe;
   double ratio = 1;       // encoded / raw
-  double encode_Bps = 0;  // raw bytes per second, all threads
+  double encode_Bps = 0;  // raw bytes per second of wall time, one thread
   double decode_Bps = 0;
+  // The same from the sampling thread's CPU time: the codec's speed on a
+  // core of its own. A sample takes a few ms, so one preemption on a busy
+  // machine can make its wall time many times its CPU time (the first
+  // broadcast of a geo-distributed job sampled a bf16 cast at 1/20 of its
+  // speed while seven clients built their models). 0: not measured.
+  double encode_cpu_Bps = 0;
+  double decode_cpu_Bps = 0;
   uint64_t sampled_bytes = 0;
   // For a delta recipe: whether every sampled piece had a reference to
   // take its difference from (the reference holds a tensor of the same

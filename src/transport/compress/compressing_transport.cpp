@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -62,6 +63,24 @@ struct LinkRate {
     ++samples;
   }
 };
+
+// Runnable threads per core right now (/proc/stat's procs_running, which
+// counts the caller), at least 1; 1 where it cannot be read. A codec on a
+// machine this busy gets about one core in that many.
+double CoreContention() {
+  std::ifstream stat("/proc/stat");
+  std::string key;
+  double running = 0;
+  while (stat >> key) {
+    if (key == "procs_running") {
+      stat >> running;
+      break;
+    }
+    stat.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1.0, running / cores);
+}
 
 std::shared_ptr<const TensorMap> CopyTensors(const TensorMap& tensors) {
   auto copy = std::make_shared<TensorMap>();
@@ -371,8 +390,8 @@ class CompressingTransport final : public ForwardingTransport {
     f.Bps = lowest > 0 ? std::min(lowest, policy_.long_link_Bps) : policy_.long_link_Bps;
     f.note =
         std::to_string(unmeasured_long) + " of " + std::to_string(peers.size()) +
-        (unmeasured_long == 1 ? " link" : " links") + " unmeasured, round trip up to " +
-        Fixed(longest * 1e3, 1) + " ms: at most " + Fixed(f.Bps / 1e6, 1) + " MB/s" +
+        " links unmeasured, round trip up to " + Fixed(longest * 1e3, 1) + " ms: at most " +
+        Fixed(f.Bps / 1e6, 1) + " MB/s" +
         (f.Bps < policy_.long_link_Bps ? " (a measured one)" : " (compression.long_link_MBps)");
     return f;
   }
@@ -415,6 +434,7 @@ class CompressingTransport final : public ForwardingTransport {
     const double bytes = static_cast<double>(m.payload_bytes());
     std::vector<CodecCandidate> candidates;
     std::string skipped;
+    double contention = 0;  // read once, under a ceiling (ByCpuTime)
     for (const auto& r : recipes) {
       CodecCandidate c;
       c.eligible_bytes = CompressibleBytes(m.tensors, r, policy_.codec);
@@ -427,6 +447,7 @@ class CompressingTransport final : public ForwardingTransport {
       }
       c.estimate = EstimateCodec(m.tensors, r, policy_.codec, r.delta ? reference : nullptr);
       Remember(r, c.estimate);
+      if (figure.ceiling) ByCpuTime(&c.estimate, &contention);
       candidates.push_back(c);
     }
     CompressionChoice choice =
@@ -434,13 +455,32 @@ class CompressingTransport final : public ForwardingTransport {
             ? ChooseCompressionUnderCeiling(m.payload_bytes(), link, threads, candidates,
                                             policy_.margin)
             : ChooseCompression(m.payload_bytes(), link, threads, candidates, policy_.margin);
-    if (figure.ceiling) choice.reason += " [" + figure.note + "]";
+    if (figure.ceiling) {
+      choice.reason += " [" + figure.note + "; codec speeds from CPU time, " +
+                       Fixed(contention, 1) + " runnable threads a core]";
+    }
     if (!skipped.empty()) {
       choice.reason += (candidates.empty() ? " (" : "; ") + skipped +
                        " not sampled: slower than the link even at ratio 0" +
                        (candidates.empty() ? ")" : "");
     }
     return choice;
+  }
+
+  // Under a ceiling the choice turns on the codec's time against a send of
+  // well under a second at the ceiling, and a sample's wall time (a few
+  // ms) is at the scheduler's mercy on a busy machine: a speed is taken
+  // as its CPU time's shared by the threads runnable now (CoreContention,
+  // read into *contention once), unless the wall time was better. With a
+  // measured link the wall time stands: there the codec is small against
+  // a slow link, and on a fast one a slow sample errs towards sending as
+  // it is.
+  static void ByCpuTime(CodecEstimate* e, double* contention) {
+    if (*contention == 0) *contention = CoreContention();
+    if (e->encode_cpu_Bps > 0)
+      e->encode_Bps = std::max(e->encode_Bps, e->encode_cpu_Bps / *contention);
+    if (e->decode_cpu_Bps > 0)
+      e->decode_Bps = std::max(e->decode_Bps, e->decode_cpu_Bps / *contention);
   }
 
   // Whether `r` cannot beat sending as it is even if it shrank its bytes to
@@ -522,20 +562,15 @@ class CompressingTransport final : public ForwardingTransport {
   }
 
   Status OnDelivery(Message m, const std::function<bool()>& abandon) override {
-    std::set<std::string> decoded;  // into Buffers of their own
+    std::vector<std::string> decoded;  // into Buffers of their own
     if (m.params.count(kCodecParam)) {
       const auto start = Clock::now();
       std::shared_ptr<const TensorMap> pin;
-      std::map<std::string, const uint8_t*> before;
-      for (const auto& [name, t] : m.tensors) before[name] = t.data.data();
-      Status s = DecompressMessage(&m, Lookup(&pin), policy_.codec);
+      Status s = DecompressMessage(&m, Lookup(&pin), policy_.codec, &decoded);
       if (!s.ok()) {
         std::cerr << "xsilo compression rank " << rank() << ": dropping message from rank "
                   << m.sender << ": " << s.ToString() << "\n";
         return Status::OK();
-      }
-      for (const auto& [name, t] : m.tensors) {
-        if (before[name] != t.data.data()) decoded.insert(name);
       }
       std::lock_guard<std::mutex> lock(mu_);
       summary_.decode_seconds += std::chrono::duration<double>(Clock::now() - start).count();
@@ -633,7 +668,7 @@ class CompressingTransport final : public ForwardingTransport {
   // took each round's cast error on for good. In place for the tensors we
   // decoded (`decoded`: their Buffers are ours alone), into fresh Buffers
   // for the others: received ones may be read-only mappings.
-  void CorrectUpdate(Message* m, int64_t base, const std::set<std::string>& decoded) {
+  void CorrectUpdate(Message* m, int64_t base, const std::vector<std::string>& decoded) {
     std::shared_ptr<const TensorMap> cast, ours;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -652,7 +687,7 @@ class CompressingTransport final : public ForwardingTransport {
         continue;
       }
       Buffer out = t.data;
-      if (!decoded.count(name)) {
+      if (std::find(decoded.begin(), decoded.end(), name) == decoded.end()) {
         auto fresh = Buffer::Allocate(t.nbytes());
         if (!fresh.ok()) continue;  // left as it came: the change is still right
         out = *std::move(fresh);
