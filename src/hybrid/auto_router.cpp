@@ -320,6 +320,22 @@ void AutoRouter::WaitSettled(const std::vector<int32_t>& peers) {
   }
 }
 
+void AutoRouter::WaitEchoes(const std::vector<int32_t>& peers, Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    bool all = true;
+    for (int32_t peer : peers) {
+      const LinkEstimate e = PeerLocked(peer).estimator.estimate();
+      const bool known = e.samples > 0 && e.rtt_s >= 0;
+      if (known && e.rtt_s >= kProbeMaxRtt) return;
+      all = all && known;
+    }
+    if (all) return;
+    // Every observation wakes this (OnRtt notifies settled_).
+    if (settled_.wait_until(lock, deadline) == std::cv_status::timeout) return;
+  }
+}
+
 LinkEstimate AutoRouter::EstimateOf(int32_t peer) {
   std::lock_guard<std::mutex> lock(mu_);
   return PeerLocked(peer).estimator.estimate();

@@ -132,6 +132,16 @@ class AutoRouter {
   // long, then routed by the defaults; a broadcast stops waiting for its
   // unmeasured receivers as soon as one of them shows a long link.
   void WaitSettled(const std::vector<int32_t>& peers);
+  // Blocks until every one of `peers` has answered an echo, or one of them
+  // shows a round trip of kProbeMaxRtt or more (then the others do not
+  // matter to a bound on the slowest), or `deadline`. Unlike WaitSettled
+  // it starts no probe and waits for none: what a decorator needs before
+  // its choice (Transport::LearnLink) is the round trips, and a probe run
+  // then, while the caller waits and nothing else runs, reads a LAN
+  // faster than the send's own probe did (with compression=auto on lan,
+  // clients' updates went inline 31 times in 42 against 17, and round 1
+  // took 4 s longer).
+  void WaitEchoes(const std::vector<int32_t>& peers, Clock::time_point deadline);
   // True when WaitSettled(peers) would return at once.
   bool Settled(const std::vector<int32_t>& peers, Clock::time_point now = Clock::now());
 

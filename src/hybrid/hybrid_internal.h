@@ -169,8 +169,9 @@ class HybridTransport final : public Transport {
 
   // Adaptive: the router's smoothed echo round trip; < 0 before one.
   double MeasuredRttS(int32_t peer) override;
-  // Adaptive: the wait for echoes and probes a send of `bytes` to `peers`
-  // would start with (AwaitLink), done now.
+  // Adaptive, for a message the router would wait for (kProbeMinBytes or
+  // more): waits for the receivers' echoes (AutoRouter::WaitEchoes, at
+  // most kProbeWait), not for their probes, which the send runs.
   void LearnLink(const std::vector<int32_t>& peers, uint64_t bytes) override;
 
   Status Start() override;

@@ -66,7 +66,17 @@ bool HybridTransport::AwaitLink(const std::vector<int32_t>& peers, uint64_t byte
 }
 
 void HybridTransport::LearnLink(const std::vector<int32_t>& peers, uint64_t bytes) {
-  if (router_ && !peers.empty()) AwaitLink(peers, bytes, /*wait=*/true);
+  // As RouteNow: a party without storage access sends a broadcast inline
+  // at once, and a send before Start or after Stop fails at once.
+  if (!router_ || peers.empty() || bytes < AutoRouter::kProbeMinBytes ||
+      (!connector_ && peers.size() != 1)) {
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!started_ || stopped_) return;
+  }
+  router_->WaitEchoes(peers, Clock::now() + AutoRouter::kProbeWait);
 }
 
 double HybridTransport::MeasuredRttS(int32_t peer) {

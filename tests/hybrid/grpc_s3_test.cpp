@@ -387,10 +387,9 @@ TEST(AutoS3, AReceiverKnowsTheLinkFromItsOwnFetchBeforeItSends) {
   (*server)->Stop();
 }
 
-// LearnLink does before the first big message what its send would wait
-// for: the receiver's echoes (a round trip) and, on a short link such as
-// loopback, the probe (a goodput), so that a decorator (compression)
-// decides by them. The send after it finds them.
+// LearnLink waits before the first big message for the receiver's echoes
+// (a round trip), so that a decorator (compression) reads it; before
+// Start it returns at once.
 TEST(AutoS3, LearnLinkMeasuresTheLinkBeforeTheFirstBigMessage) {
   std::string address = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
   auto party = [&](int rank) { return PairParty("auto+s3", address, rank); };
@@ -399,17 +398,13 @@ TEST(AutoS3, LearnLinkMeasuresTheLinkBeforeTheFirstBigMessage) {
   auto client = party(1);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   EXPECT_LT((*server)->MeasuredRttS(1), 0) << "nothing measured before the start";
+  (*server)->LearnLink({1}, 12 << 20);  // not started: nothing to wait for
   std::thread start([&] { ASSERT_TRUE((*server)->Start().ok()); });
   ASSERT_TRUE((*client)->Start().ok());
   start.join();
   (*server)->LearnLink({1}, 12 << 20);
   const double rtt = (*server)->MeasuredRttS(1);
-  EXPECT_GE(rtt, 0);
-  // Loopback's echoes are short but may read 20 ms or more under load; a
-  // link that long is never probed.
-  if (rtt < 0.020) {
-    EXPECT_GT((*server)->MeasuredGoodputBps(1), 0) << "the probe ran";
-  }
+  EXPECT_GE(rtt, 0) << "LearnLink waited for the echoes";
   ASSERT_TRUE((*server)->Send(1, PatternMessage(12 << 20, 1, 0), 60s).ok());
   auto got = (*client)->Receive(60s);
   ASSERT_TRUE(got.ok()) << got.status().ToString();

@@ -163,6 +163,7 @@ TEST(CompressionOptions, ParseAndRefuseClearly) {
   EXPECT_EQ(p.codec.zstd_level, 3);
   EXPECT_EQ(p.codec.int8_block, 64u);
   EXPECT_DOUBLE_EQ(p.link_Bps_prior, 16.3e6);
+  EXPECT_DOUBLE_EQ(p.long_link_Bps, 600e6) << "the default ceiling";
   EXPECT_TRUE(p.always);
   EXPECT_EQ(rest.backend.size(), 1u);
   EXPECT_EQ(p.topk, 0);
@@ -174,6 +175,9 @@ TEST(CompressionOptions, ParseAndRefuseClearly) {
   ASSERT_TRUE(*ParseCompressionOptions(o, &p, &rest));
   EXPECT_EQ(p.allowed, Quant::kNone);
   EXPECT_DOUBLE_EQ(p.topk, 0.01);
+  o.backend = {{"compression", "bf16"}, {"compression.long_link_MBps", "0"}};
+  ASSERT_TRUE(*ParseCompressionOptions(o, &p, &rest));
+  EXPECT_EQ(p.long_link_Bps, 0) << "no ceiling";
 
   for (const auto& bad : std::vector<std::map<std::string, std::string>>{
            {{"compression", "gzip"}},
@@ -183,6 +187,8 @@ TEST(CompressionOptions, ParseAndRefuseClearly) {
            {{"compression", "int8"}, {"compression.int8_block", "100"}},
            {{"compression", "lossless"}, {"compression.when", "sometimes"}},
            {{"compression", "lossless"}, {"compression.link_MBps", "-1"}},
+           {{"compression", "lossless"}, {"compression.long_link_MBps", "nan"}},
+           {{"compression", "lossless"}, {"compression.long_link_MBps", "inf"}},
            {{"compression", "lossless"}, {"compression.speed", "1"}},
            {{"compression", "lossless+topk"}},
            {{"compression", "topk"}, {"compression.topk_fraction", "0"}},
@@ -724,8 +730,9 @@ TEST(CompressingTransport, AnUnmeasuredLongLinkIsBoundedByItsCeiling) {
     auto s = CompressionSummaryOf(*world[0]);
     EXPECT_EQ(s->messages_compressed, c.compressed ? 1u : 0u) << s->last_choice;
     if (c.compressed) {
-      EXPECT_NE(s->last_choice.find("unmeasured, round trip up to 150.0 ms: at most 1.0 MB/s"),
-                std::string::npos)
+      EXPECT_NE(
+          s->last_choice.find("long and unmeasured, round trip up to 150.0 ms: at most 1.0 MB/s"),
+          std::string::npos)
           << s->last_choice;
     } else {
       EXPECT_NE(s->last_choice.find("not measured yet"), std::string::npos) << s->last_choice;

@@ -149,9 +149,10 @@ struct CodecEstimate {
   double decode_Bps = 0;
   // The same from the sampling thread's CPU time: the codec's speed on a
   // core of its own. A sample takes a few ms, so one preemption on a busy
-  // machine can make its wall time many times its CPU time (the first
-  // broadcast of a geo-distributed job sampled a bf16 cast at 1/20 of its
-  // speed while seven clients built their models). 0: not measured.
+  // machine can make its wall time many times its CPU time (at the first
+  // broadcast of a geo-distributed job, while seven clients set up, a
+  // sample put a bf16 cast of the Big model at 2.68 s; it took 0.25-0.37 s
+  // in the rounds after). 0: not measured.
   double encode_cpu_Bps = 0;
   double decode_cpu_Bps = 0;
   uint64_t sampled_bytes = 0;

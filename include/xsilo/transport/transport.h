@@ -107,11 +107,11 @@ class Transport {
     (void)peer;
     return -1;
   }
-  // Learns what a send of `bytes` to `peers` would wait to learn before
-  // choosing its path (auto+<connector>: the receivers' echoes and, on
-  // short links, the probe), and returns when that send would stop
-  // waiting, so that a decorator can decide by the figures first. The send
-  // after it then finds them and waits no more. Does nothing by default.
+  // Learns the round trips a send of `bytes` to `peers` would have before
+  // choosing its path (auto+<connector>: waits for the receivers' echoes,
+  // at most 5 s, until every one answered or one showed a long link), so
+  // that a decorator can read them (MeasuredRttS) first. Does nothing by
+  // default.
   virtual void LearnLink(const std::vector<int32_t>& peers, uint64_t bytes) {
     (void)peers;
     (void)bytes;

@@ -103,6 +103,13 @@ class FaultyTransport final : public Transport {
   ~FaultyTransport() override { Stop(); }
 
   std::string_view name() const override { return name_; }
+  // What the inner transport knows of its links (a decorator over us
+  // decides by it: compression).
+  double MeasuredGoodputBps(int32_t peer) override { return inner_->MeasuredGoodputBps(peer); }
+  double MeasuredRttS(int32_t peer) override { return inner_->MeasuredRttS(peer); }
+  void LearnLink(const std::vector<int32_t>& peers, uint64_t bytes) override {
+    inner_->LearnLink(peers, bytes);
+  }
 
   // Received messages go from the inner transport's queue to ours through
   // a pump thread, so both pushes keep their backpressure and abandon
