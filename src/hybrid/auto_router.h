@@ -139,8 +139,8 @@ class AutoRouter {
   // its choice (Transport::LearnLink) is the round trips, and a probe run
   // then, while the caller waits and nothing else runs, reads a LAN
   // faster than the send's own probe did (with compression=auto on lan,
-  // clients' updates went inline 31 times in 42 against 17, and round 1
-  // took 4 s longer).
+  // clients' first updates went inline 31 times in 40 against 17 in 41,
+  // and round 1 took 4 s longer).
   void WaitEchoes(const std::vector<int32_t>& peers, Clock::time_point deadline);
   // True when WaitSettled(peers) would return at once.
   bool Settled(const std::vector<int32_t>& peers, Clock::time_point now = Clock::now());
