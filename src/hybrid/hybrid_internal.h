@@ -253,12 +253,6 @@ class HybridTransport final : public Transport {
     return o;
   }
 
-  // Adaptive: before a message of kProbeMinBytes or more, the probes of
-  // the receivers whose probe could change its path, and the wait for
-  // them and their echoes (AutoRouter::WaitSettled). Without `wait`, false
-  // when the message would have to wait.
-  bool AwaitLink(const std::vector<int32_t>& peers, uint64_t bytes, bool wait);
-
   // Echoes to the peers whose link is to be measured (again).
   void MaybePing(const std::vector<int32_t>& peers);
 

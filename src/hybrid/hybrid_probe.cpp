@@ -32,7 +32,22 @@ std::optional<Route> HybridTransport::ChooseRoute(const Message& m,
     auto it = grants_.find(peers[0]);
     store = it != grants_.end() && !it->second.empty();
   }
-  if (!AwaitLink(peers, bytes, wait)) return std::nullopt;
+  if (bytes >= AutoRouter::kProbeMinBytes) {
+    const std::vector<int32_t> probed = router_->ProbeSet(peers);
+    const auto start = Clock::now();
+    for (int32_t p : router_->WantProbe(probed)) StartProbe(p);
+    if (!wait) {
+      if (!router_->Settled(peers)) return std::nullopt;
+    } else {
+      router_->WaitSettled(peers);  // ProbeSet again at every echo
+    }
+    const double waited = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    if (DebugLog() && waited >= 1) {
+      std::cerr << "xsilo " << name_ << " rank " << rank() << ": waited " << waited
+                << " ms for the probes or echoes of " << probed.size() << " of " << peers.size()
+                << " receivers\n";
+    }
+  }
   AutoChoice c = router_->Choose(peers, bytes, store);
   if (DebugLog()) {
     std::cerr << "xsilo " << name_ << " rank " << rank() << " -> "
@@ -44,25 +59,6 @@ std::optional<Route> HybridTransport::ChooseRoute(const Message& m,
   r.store = c.path == AutoPath::kStore;
   r.stripe = c.path == AutoPath::kStriped ? c.streams : 1;
   return r;
-}
-
-bool HybridTransport::AwaitLink(const std::vector<int32_t>& peers, uint64_t bytes, bool wait) {
-  if (bytes < AutoRouter::kProbeMinBytes) return true;
-  const std::vector<int32_t> probed = router_->ProbeSet(peers);
-  const auto start = Clock::now();
-  for (int32_t p : router_->WantProbe(probed)) StartProbe(p);
-  if (!wait) {
-    if (!router_->Settled(peers)) return false;
-  } else {
-    router_->WaitSettled(peers);  // ProbeSet again at every echo
-  }
-  const double waited = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  if (DebugLog() && waited >= 1) {
-    std::cerr << "xsilo " << name_ << " rank " << rank() << ": waited " << waited
-              << " ms for the probes or echoes of " << probed.size() << " of " << peers.size()
-              << " receivers\n";
-  }
-  return true;
 }
 
 void HybridTransport::LearnLink(const std::vector<int32_t>& peers, uint64_t bytes) {

@@ -373,19 +373,23 @@ class CompressingTransport final : public ForwardingTransport {
   };
   LinkFigure Link(const std::vector<int32_t>& peers) {
     LinkFigure f;
-    f.Bps = LinkBps(peers);
-    if (f.Bps > 0 || !(policy_.long_link_Bps > 0)) return f;
     double lowest = 0, longest = -1;
-    int unmeasured_long = 0;
+    int unknown = 0, unmeasured_long = 0;
     for (int32_t p : peers) {
       if (const double r = PeerBps(p); r > 0) {
         lowest = lowest == 0 ? r : std::min(lowest, r);
-      } else if (const double rtt = inner().MeasuredRttS(p); rtt >= kLongRttS) {
+      } else if (const double rtt = policy_.long_link_Bps > 0 ? inner().MeasuredRttS(p) : -1;
+                 rtt >= kLongRttS) {
         ++unmeasured_long;
         longest = std::max(longest, rtt);
+      } else {
+        ++unknown;
       }
     }
-    if (unmeasured_long == 0) return f;
+    if (unmeasured_long == 0) {
+      f.Bps = unknown == 0 ? lowest : 0;  // LinkBps
+      return f;
+    }
     f.ceiling = true;
     f.Bps = lowest > 0 ? std::min(lowest, policy_.long_link_Bps) : policy_.long_link_Bps;
     f.note =
