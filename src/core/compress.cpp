@@ -16,6 +16,7 @@
 
 #include "core/compress_kernels.h"
 #include "xsilo/core/codec.h"
+#include "xsilo/core/cpus.h"
 
 namespace xsilo {
 namespace {
@@ -71,8 +72,7 @@ struct ChunkRec {
 };
 
 int Workers(int threads, uint64_t tasks) {
-  int hw = threads > 0 ? threads
-                       : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 4u));
+  int hw = threads > 0 ? threads : std::clamp(UsableCpus(), 1, 4);
   return static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(hw), tasks));
 }
 

@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include "xsilo/core/cpus.h"
 #include "xsilo/transport/compression.h"
 #include "xsilo/transport/forwarding.h"
 
@@ -50,7 +51,7 @@ std::string RecipeName(const TensorRecipe& r) {
 
 int EffectiveThreads(int threads) {
   if (threads > 0) return threads;
-  return static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 4));
+  return std::clamp(UsableCpus(), 1, 4);
 }
 
 // Goodput of the sends to one peer (bytes on the wire over the time from
@@ -66,7 +67,10 @@ struct LinkRate {
 
 // Runnable threads per core right now (/proc/stat's procs_running, which
 // counts the caller), at least 1; 1 where it cannot be read. A codec on a
-// machine this busy gets about one core in that many.
+// machine this busy gets about one core in that many. Both figures are the
+// host's: a container's quota or a taskset limits how many threads a codec
+// runs (EffectiveThreads, from UsableCpus), not how many others compete for
+// the cores beneath it.
 double CoreContention() {
   std::ifstream stat("/proc/stat");
   std::string key;
