@@ -325,15 +325,34 @@ void AutoRouter::WaitEchoes(const std::vector<int32_t>& peers, Clock::time_point
   for (;;) {
     bool all = true;
     for (int32_t peer : peers) {
-      const LinkEstimate e = PeerLocked(peer).estimator.estimate();
-      const bool known = e.samples > 0 && e.rtt_s >= 0;
-      if (known && e.rtt_s >= kProbeMaxRtt) return;
-      all = all && known;
+      const double rtt = RoundTripLocked(PeerLocked(peer));
+      if (rtt >= kProbeMaxRtt) return;
+      all = all && rtt >= 0;
     }
     if (all) return;
     // Every observation wakes this (OnRtt notifies settled_).
     if (settled_.wait_until(lock, deadline) == std::cv_status::timeout) return;
   }
+}
+
+double AutoRouter::RoundTripLocked(const Peer& p) {
+  if (p.pongs == 0) return -1;
+  // During the start the estimator smooths the falling echoes (97 then
+  // 1.4 ms would read 85): the least so far is the link, as at the last
+  // start echo (OnRtt).
+  double rtt = p.start_min;
+  if (p.pongs >= kStartEchoes) {
+    const LinkEstimate e = p.estimator.estimate();
+    if (e.samples == 0 || !(e.rtt_s >= 0)) return -1;
+    rtt = e.rtt_s;
+  }
+  if (!std::isfinite(rtt) || (p.pongs < 2 && rtt >= kProbeMaxRtt)) return -1;
+  return rtt;
+}
+
+double AutoRouter::RoundTripOf(int32_t peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return RoundTripLocked(PeerLocked(peer));
 }
 
 LinkEstimate AutoRouter::EstimateOf(int32_t peer) {

@@ -132,8 +132,8 @@ class AutoRouter {
   // long, then routed by the defaults; a broadcast stops waiting for its
   // unmeasured receivers as soon as one of them shows a long link.
   void WaitSettled(const std::vector<int32_t>& peers);
-  // Blocks until every one of `peers` has answered an echo, or one of them
-  // shows a round trip of kProbeMaxRtt or more (then the others do not
+  // Blocks until every one of `peers` has a round trip (RoundTripOf), or
+  // one of them shows kProbeMaxRtt or more (then the others do not
   // matter to a bound on the slowest), or `deadline`. Unlike WaitSettled
   // it starts no probe and waits for none: what a decorator needs before
   // its choice (Transport::LearnLink) is the round trips, and a probe run
@@ -162,6 +162,13 @@ class AutoRouter {
   static constexpr std::chrono::seconds kExploreResultWait{10};
 
   LinkEstimate EstimateOf(int32_t peer);
+  // The round trip to judge whether the link to `peer` is long
+  // (kProbeMaxRtt), in seconds; -1 while unknown. A lone first echo of
+  // kProbeMaxRtt or more does not count: it includes setting up the
+  // connection (40 ms on loopback; 97 ms on the geo-distributed job's
+  // 1.4 ms link while seven clients joined), so a verdict of long waits
+  // for the second echo, which the first's answer sends at once.
+  double RoundTripOf(int32_t peer);
   // The reason of the last choice, "" before the first.
   std::string last_reason();
 
@@ -216,6 +223,7 @@ class AutoRouter {
     int rate_probe_epoch = 0;   // estimator.path_changes() they count on
   };
   Peer& PeerLocked(int32_t peer) { return peers_[peer]; }
+  static double RoundTripLocked(const Peer& p);
   // After an observation: a change the estimator detected re-arms the probe.
   void AfterObservationLocked(Peer& p, Clock::time_point at);
   void RearmLocked(Peer& p, Clock::time_point now);

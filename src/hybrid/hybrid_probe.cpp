@@ -76,9 +76,7 @@ void HybridTransport::LearnLink(const std::vector<int32_t>& peers, uint64_t byte
 }
 
 double HybridTransport::MeasuredRttS(int32_t peer) {
-  if (!router_) return -1;
-  const LinkEstimate e = router_->EstimateOf(peer);
-  return e.samples > 0 && e.rtt_s >= 0 && std::isfinite(e.rtt_s) ? e.rtt_s : -1;
+  return router_ ? router_->RoundTripOf(peer) : -1;
 }
 
 void HybridTransport::MaybePing(const std::vector<int32_t>& peers) {

@@ -354,6 +354,37 @@ TEST(AutoRouter, ABroadcastStopsWaitingWhenALongLinkAnswers) {
   EXPECT_TRUE(r.ProbeSet(all).empty());
 }
 
+// A first echo includes setting up the connection: alone, a long one does
+// not make the link long (for the compressing decorator's ceiling,
+// Transport::MeasuredRttS); a second echo decides. A short first echo
+// counts at once.
+TEST(AutoRouter, ALoneLongFirstEchoDoesNotMakeALinkLong) {
+  AutoRouter r;
+  EXPECT_EQ(r.RoundTripOf(1), -1) << "no echo yet";
+  r.OnRtt(1, 0.097);
+  EXPECT_EQ(r.RoundTripOf(1), -1);
+  // WaitEchoes waits on: it returns at its deadline, not before.
+  auto deadline = AutoRouter::Clock::now() + std::chrono::milliseconds(30);
+  r.WaitEchoes({1}, deadline);
+  EXPECT_GE(AutoRouter::Clock::now(), deadline);
+  r.OnRtt(1, 0.0014);
+  EXPECT_NEAR(r.RoundTripOf(1), 0.0014, 1e-9) << "the least of the two";
+  r.OnRtt(2, 0.0013);
+  EXPECT_NEAR(r.RoundTripOf(2), 0.0013, 1e-9) << "a short first echo counts";
+  // A long link: the second long echo makes it long, and WaitEchoes
+  // returns as soon as it is in, far before its deadline.
+  r.OnRtt(3, 0.180);
+  deadline = AutoRouter::Clock::now() + std::chrono::seconds(60);
+  std::thread second([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    r.OnRtt(3, 0.166);
+  });
+  r.WaitEchoes({2, 3, 4}, deadline);  // 4 never answers
+  second.join();
+  EXPECT_LT(AutoRouter::Clock::now(), deadline);
+  EXPECT_NEAR(r.RoundTripOf(3), 0.166, 1e-9);
+}
+
 // A message that wants a probe before the echoes are in: the last echo
 // starts it.
 TEST(AutoRouter, TheLastStartEchoStartsAWantedProbe) {
