@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -18,6 +20,7 @@
 
 #include "xsilo/bench/process.h"
 #include "xsilo/bench/report.h"
+#include "xsilo/core/cpus.h"
 #include "xsilo/netem/netem.h"
 
 namespace xsilo::bench {
@@ -78,9 +81,23 @@ pid_t Spawn(const std::vector<std::string>& argv, const netem::State* state, int
   _exit(127);
 }
 
+// What the operating system counted for one party's process (and the
+// children it waited for), from wait4.
+struct PartyUsage {
+  double cpu_s = 0;           // user + system
+  int64_t max_rss_bytes = 0;  // peak resident set
+};
+
+PartyUsage UsageOf(const rusage& ru) {
+  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return {sec(ru.ru_utime) + sec(ru.ru_stime), static_cast<int64_t>(ru.ru_maxrss) * 1024};
+}
+
 // Waits for every pid until `deadline`; kills what is left. True when all
-// exited with status 0.
-bool WaitAll(const std::vector<pid_t>& pids, Clock::time_point deadline, std::string* why) {
+// exited with status 0. `usage` gets each one's figures.
+bool WaitAll(const std::vector<pid_t>& pids, Clock::time_point deadline, std::string* why,
+             std::vector<PartyUsage>* usage) {
+  usage->assign(pids.size(), PartyUsage{});
   bool ok = true;
   std::vector<bool> done(pids.size(), false);
   size_t left = pids.size();
@@ -88,8 +105,10 @@ bool WaitAll(const std::vector<pid_t>& pids, Clock::time_point deadline, std::st
     for (size_t i = 0; i < pids.size(); ++i) {
       if (done[i]) continue;
       int st = 0;
-      pid_t r = waitpid(pids[i], &st, WNOHANG);
+      rusage ru{};
+      pid_t r = wait4(pids[i], &st, WNOHANG, &ru);
       if (r == pids[i] || r < 0) {
+        if (r == pids[i]) (*usage)[i] = UsageOf(ru);
         done[i] = true;
         --left;
         if (r < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
@@ -105,7 +124,8 @@ bool WaitAll(const std::vector<pid_t>& pids, Clock::time_point deadline, std::st
     if (done[i]) continue;
     kill(-pids[i], SIGKILL);
     kill(pids[i], SIGKILL);
-    waitpid(pids[i], nullptr, 0);
+    rusage ru{};
+    if (wait4(pids[i], nullptr, 0, &ru) == pids[i]) (*usage)[i] = UsageOf(ru);
     ok = false;
     *why += (i == 0 ? "server" : "client " + std::to_string(i)) + " timed out; ";
   }
@@ -120,7 +140,36 @@ struct RunResult {
   double wall_s = 0;    // spawn of the server to its exit
   double rounds_s = 0;  // sum of the server's round times
   json report;          // the server's job report
+  json cpu;             // CPU time and peak memory (CpuJson)
 };
+
+// The CPU the run used against what the machine had: on one host every
+// party shares the same cores (8 processes on 2 here), which separate
+// hosts would not, so a row whose parties kept the cores busy is bounded
+// by the CPU, not by its links.
+json CpuJson(const std::vector<PartyUsage>& parties, double router_s, double wall_s) {
+  double clients = 0, clients_max = 0;
+  int64_t clients_rss = 0;
+  for (size_t i = 1; i < parties.size(); ++i) {
+    clients += parties[i].cpu_s;
+    clients_max = std::max(clients_max, parties[i].cpu_s);
+    clients_rss = std::max(clients_rss, parties[i].max_rss_bytes);
+  }
+  const double server = parties.empty() ? 0 : parties[0].cpu_s;
+  const double total = server + clients + router_s;
+  const int cores = UsableCpus();
+  json j = {{"server_s", server},
+            {"clients_s", clients},
+            {"client_max_s", clients_max},
+            {"router_s", router_s},
+            {"total_s", total},
+            {"cores", cores},
+            {"server_max_rss_bytes", parties.empty() ? 0 : parties[0].max_rss_bytes},
+            {"client_max_rss_bytes", clients_rss}};
+  // The share of the cores' time over the run that the parties used.
+  j["busy"] = wall_s > 0 ? total / (wall_s * cores) : 0.0;
+  return j;
+}
 
 RunResult RunOne(const E2eOptions& a, const E2eBackend& b, const std::string& tier,
                  const netem::State& state, const fs::path& dir, int port) {
@@ -157,6 +206,8 @@ RunResult RunOne(const E2eOptions& a, const E2eBackend& b, const std::string& ti
   const fs::path report = dir / "server.json";
   std::error_code ec;
   fs::remove(report, ec);
+  const double router0 =
+      state.router_pid > 0 ? netem::ProcessCpuSeconds(state.router_pid).value_or(0) : 0;
   const auto t0 = Clock::now();
   std::vector<pid_t> pids;
   pids.push_back(
@@ -170,8 +221,14 @@ RunResult RunOne(const E2eOptions& a, const E2eBackend& b, const std::string& ti
         &state, site, (dir / ("client" + std::to_string(r) + ".log")).string()));
   }
   const auto deadline = t0 + std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1000));
-  res.ok = WaitAll(pids, deadline, &res.error);
+  std::vector<PartyUsage> usage;
+  res.ok = WaitAll(pids, deadline, &res.error, &usage);
   res.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double router =
+      state.router_pid > 0
+          ? std::max(0.0, netem::ProcessCpuSeconds(state.router_pid).value_or(router0) - router0)
+          : 0;
+  res.cpu = CpuJson(usage, router, res.wall_s);
   std::ifstream in(report);
   if (in) {
     try {
@@ -315,7 +372,8 @@ int RunE2e(const E2eOptions& a) {
                   {"wall_s", r.wall_s},
                   {"rounds_s", r.rounds_s},
                   {"server", server},
-                  {"clients_mean", clients}};
+                  {"clients_mean", clients},
+                  {"cpu", r.cpu}};
       if (r.report.contains("final")) row["final"] = r.report["final"];
       if (r.report.contains("model")) row["model"] = r.report["model"];
       // The server's side: the models it sent, the updates it decoded.
@@ -329,7 +387,10 @@ int RunE2e(const E2eOptions& a) {
         std::cout << "  job " << Fixed(r.rounds_s, 2) << " s over " << a.rounds << " rounds (wall "
                   << Fixed(r.wall_s, 2) << " s); server comm "
                   << Fixed(server.value("communication", 0.0), 2) << " s, clients' mean train "
-                  << Fixed(clients.value("train", 0.0), 2) << " s\n";
+                  << Fixed(clients.value("train", 0.0), 2) << " s; CPU "
+                  << Fixed(r.cpu["total_s"].get<double>(), 1) << " s of "
+                  << r.cpu["cores"].get<int>() << " cores' " << Fixed(r.wall_s, 1) << " s ("
+                  << Fixed(100 * r.cpu["busy"].get<double>(), 0) << "% busy)\n";
       }
       auto final_loss = r.report.contains("final") && r.report["final"]["loss"].is_number()
                             ? Fixed(r.report["final"]["loss"].get<double>(), 4)
@@ -352,8 +413,8 @@ int RunE2e(const E2eOptions& a) {
   std::ofstream(out / "e2e.json") << results.dump(2) << "\n";
 
   // Table, and the ratios against grpc (streams=1) per tier.
-  std::printf("\n%-10s %-8s %4s %9s %9s %9s %9s %9s %9s\n", "backend", "tier", "ok", "job_s",
-              "srv_comm", "srv_wait", "cl_train", "cl_comm", "cl_wait");
+  std::printf("\n%-10s %-8s %4s %9s %9s %9s %9s %9s %9s %9s\n", "backend", "tier", "ok", "job_s",
+              "srv_comm", "srv_wait", "cl_train", "cl_comm", "cl_wait", "cpu_busy");
   std::map<std::string, double> baseline;
   for (const auto& r : results["runs"]) {
     if (r["backend"] == "grpc" && r["ok"].get<bool>())
@@ -362,11 +423,12 @@ int RunE2e(const E2eOptions& a) {
   for (const auto& r : results["runs"]) {
     const auto& s = r["server"];
     const auto& c = r["clients_mean"];
-    std::printf("%-10s %-8s %4s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f",
+    std::printf("%-10s %-8s %4s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %8.0f%%",
                 r["backend"].get<std::string>().c_str(), r["tier"].get<std::string>().c_str(),
                 r["ok"].get<bool>() ? "yes" : "NO", r["rounds_s"].get<double>(),
                 s.value("communication", 0.0), s.value("wait", 0.0), c.value("train", 0.0),
-                c.value("communication", 0.0), c.value("wait", 0.0));
+                c.value("communication", 0.0), c.value("wait", 0.0),
+                100 * r["cpu"].value("busy", 0.0));
     auto it = baseline.find(r["tier"].get<std::string>());
     if (it != baseline.end() && r["ok"].get<bool>() && r["rounds_s"].get<double>() > 0)
       std::printf("   %.2fx vs grpc", it->second / r["rounds_s"].get<double>());
@@ -374,7 +436,9 @@ int RunE2e(const E2eOptions& a) {
   }
   std::printf(
       "job_s: sum of the server's round times; srv_/cl_: seconds in that state\n"
-      "(server; mean over clients). Results: %s/e2e.{json,csv}; figure: xsilo bench "
+      "(server; mean over clients); cpu_busy: CPU time of every party and the link\n"
+      "emulator over the cores' time during the run. Results: %s/e2e.{json,csv}; figure: xsilo "
+      "bench "
       "plot --in %s\n",
       out.c_str(), out.c_str());
   return failures == 0 ? 0 : 1;

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs a tiny `xsilo bench e2e` on lan (loopback, no root): 1 server and 2
+# clients, one round of the small tier, and checks the JSON it writes: the
+# job finished, its per-state times, its final figures, and the CPU and
+# peak memory the operating system counted for its parties.
+set -euo pipefail
+XSILO="$1"
+OUT="$(mktemp -d /tmp/xsilo-bench-e2e-test-XXXXXX)"
+trap 'rm -rf "$OUT"' EXIT
+
+"$XSILO" bench e2e --env lan --tiers small --backends grpc --clients 2 --rounds 1 \
+  --local-steps 1 --timeout 240 --out "$OUT"
+
+python3 - "$OUT" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+r = json.load(open(os.path.join(d, "e2e.json")))
+assert r["env"] == "lan" and r["clients"] == 2 and r["rounds"] == 1, r
+runs = r["runs"]
+assert [x["backend"] for x in runs] == ["grpc"], runs
+x = runs[0]
+assert x["ok"] and "error" not in x, x
+assert x["rounds_s"] > 0 and x["wall_s"] >= x["rounds_s"], x
+assert x["final"]["clients"] == 2, x["final"]
+c = x["cpu"]
+# Every party ran a process that did work: the small model (591,322
+# floats) was built, trained and sent, so each used CPU and held at least
+# the model's 2.4 MB; the parties' sum is at most what the cores had.
+assert c["server_s"] > 0 and c["clients_s"] > 0 and c["client_max_s"] > 0, c
+assert c["client_max_s"] <= c["clients_s"] + 1e-9, c
+assert c["router_s"] == 0, c  # loopback: no emulator
+assert abs(c["total_s"] - (c["server_s"] + c["clients_s"])) < 1e-6, c
+assert c["cores"] >= 1 and 0 < c["busy"] <= 1.0 + 1e-6, c
+assert c["server_max_rss_bytes"] > 591322 * 4 and c["client_max_rss_bytes"] > 591322 * 4, c
+print("e2e smoke: ok; CPU", round(c["total_s"], 2), "s,", round(100 * c["busy"]), "% busy")
+PY
