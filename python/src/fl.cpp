@@ -118,6 +118,7 @@ py::dict RoundDict(const fl::RoundReport& r) {
   d["bytes_sent"] = r.bytes_sent;
   d["bytes_received"] = r.bytes_received;
   d["seconds"] = r.seconds;
+  d["started_unix_s"] = r.started_unix_s;
   return d;
 }
 

@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -143,10 +145,56 @@ struct RunResult {
   json cpu;             // CPU time and peak memory (CpuJson)
 };
 
+// The host's CPU time while a job runs: /proc/stat's first line sampled
+// every kCpuSampleMs on a thread of its own, so that the share of the
+// cores busy during the rounds (the server's round times say when they
+// were) can be told from that during start-up and the final evaluation.
+class HostCpuSampler {
+ public:
+  static constexpr int kCpuSampleMs = 250;
+  HostCpuSampler() : thread_([this] { Loop(); }) {}
+  ~HostCpuSampler() { Stop(); }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  // The share of the host's CPU time busy between the samples nearest
+  // inside [from, to] (seconds since the epoch); < 0 without two of them.
+  double BusyBetween(double from, double to) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return HostBusyBetween(samples_, from, to);
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      HostCpuSample s;
+      lock.unlock();
+      const bool ok = ReadHostCpu(&s);
+      lock.lock();
+      if (ok) samples_.push_back(s);
+      cv_.wait_for(lock, std::chrono::milliseconds(kCpuSampleMs), [this] { return stop_; });
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::vector<HostCpuSample> samples_;
+  std::thread thread_;
+};
+
+// A share as a percentage, "-" when not measured (< 0).
+std::string Share(double share) { return share < 0 ? "-" : Fixed(100 * share, 0) + "%"; }
+
 // The CPU the run used against what the machine had: on one host every
-// party shares the same cores (8 processes on 2 here), which separate
-// hosts would not, so a row whose parties kept the cores busy is bounded
-// by the CPU, not by its links.
+// party shares the same cores, which separate hosts would not, so a row
+// whose parties kept the cores busy is bounded by the CPU, not by its
+// links.
 json CpuJson(const std::vector<PartyUsage>& parties, double router_s, double wall_s) {
   double clients = 0, clients_max = 0;
   int64_t clients_rss = 0;
@@ -157,7 +205,8 @@ json CpuJson(const std::vector<PartyUsage>& parties, double router_s, double wal
   }
   const double server = parties.empty() ? 0 : parties[0].cpu_s;
   const double total = server + clients + router_s;
-  const int cores = UsableCpus();
+  // The CPU time per second the bench (and the parties it forks) may get.
+  const double cores = CpuCapacity();
   json j = {{"server_s", server},
             {"clients_s", clients},
             {"client_max_s", clients_max},
@@ -206,8 +255,14 @@ RunResult RunOne(const E2eOptions& a, const E2eBackend& b, const std::string& ti
   const fs::path report = dir / "server.json";
   std::error_code ec;
   fs::remove(report, ec);
+  // The parties append to their logs (Spawn): a log left by an earlier run
+  // in the same --out would be mixed into this one's.
+  fs::remove(dir / "server.log", ec);
+  for (int r = 1; r <= a.clients; ++r)
+    fs::remove(dir / ("client" + std::to_string(r) + ".log"), ec);
   const double router0 =
       state.router_pid > 0 ? netem::ProcessCpuSeconds(state.router_pid).value_or(0) : 0;
+  HostCpuSampler host_cpu;
   const auto t0 = Clock::now();
   std::vector<pid_t> pids;
   pids.push_back(
@@ -229,6 +284,7 @@ RunResult RunOne(const E2eOptions& a, const E2eBackend& b, const std::string& ti
           ? std::max(0.0, netem::ProcessCpuSeconds(state.router_pid).value_or(router0) - router0)
           : 0;
   res.cpu = CpuJson(usage, router, res.wall_s);
+  host_cpu.Stop();
   std::ifstream in(report);
   if (in) {
     try {
@@ -242,7 +298,16 @@ RunResult RunOne(const E2eOptions& a, const E2eBackend& b, const std::string& ti
     res.error += "no report from the server (see " + (dir / "server.log").string() + ")";
   }
   if (res.report.contains("rounds")) {
-    for (const auto& r : res.report["rounds"]) res.rounds_s += r.value("seconds", 0.0);
+    double from = 0, to = 0;
+    for (const auto& r : res.report["rounds"]) {
+      const double s = r.value("seconds", 0.0), at = r.value("started_unix_s", 0.0);
+      res.rounds_s += s;
+      if (at > 0 && (from == 0 || at < from)) from = at;
+      to = std::max(to, at + s);
+    }
+    // The host's CPUs during the rounds (every process on it: on this
+    // machine the parties, the emulator and the bench).
+    if (from > 0) res.cpu["rounds_host_busy"] = host_cpu.BusyBetween(from, to);
   }
   return res;
 }
@@ -389,8 +454,9 @@ int RunE2e(const E2eOptions& a) {
                   << Fixed(server.value("communication", 0.0), 2) << " s, clients' mean train "
                   << Fixed(clients.value("train", 0.0), 2) << " s; CPU "
                   << Fixed(r.cpu["total_s"].get<double>(), 1) << " s of "
-                  << r.cpu["cores"].get<int>() << " cores' " << Fixed(r.wall_s, 1) << " s ("
-                  << Fixed(100 * r.cpu["busy"].get<double>(), 0) << "% busy)\n";
+                  << Fixed(r.cpu["cores"].get<double>(), 1) << " CPUs' " << Fixed(r.wall_s, 1)
+                  << " s (" << Share(r.cpu["busy"].get<double>()) << " busy; the host's "
+                  << Share(r.cpu.value("rounds_host_busy", -1.0)) << " during the rounds)\n";
       }
       auto final_loss = r.report.contains("final") && r.report["final"]["loss"].is_number()
                             ? Fixed(r.report["final"]["loss"].get<double>(), 4)
@@ -413,8 +479,9 @@ int RunE2e(const E2eOptions& a) {
   std::ofstream(out / "e2e.json") << results.dump(2) << "\n";
 
   // Table, and the ratios against grpc (streams=1) per tier.
-  std::printf("\n%-10s %-8s %4s %9s %9s %9s %9s %9s %9s %9s\n", "backend", "tier", "ok", "job_s",
-              "srv_comm", "srv_wait", "cl_train", "cl_comm", "cl_wait", "cpu_busy");
+  std::printf("\n%-10s %-8s %4s %9s %9s %9s %9s %9s %9s %9s %9s\n", "backend", "tier", "ok",
+              "job_s", "srv_comm", "srv_wait", "cl_train", "cl_comm", "cl_wait", "cpu_busy",
+              "rnd_busy");
   std::map<std::string, double> baseline;
   for (const auto& r : results["runs"]) {
     if (r["backend"] == "grpc" && r["ok"].get<bool>())
@@ -423,12 +490,13 @@ int RunE2e(const E2eOptions& a) {
   for (const auto& r : results["runs"]) {
     const auto& s = r["server"];
     const auto& c = r["clients_mean"];
-    std::printf("%-10s %-8s %4s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %8.0f%%",
+    std::printf("%-10s %-8s %4s %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9s %9s",
                 r["backend"].get<std::string>().c_str(), r["tier"].get<std::string>().c_str(),
                 r["ok"].get<bool>() ? "yes" : "NO", r["rounds_s"].get<double>(),
                 s.value("communication", 0.0), s.value("wait", 0.0), c.value("train", 0.0),
                 c.value("communication", 0.0), c.value("wait", 0.0),
-                100 * r["cpu"].value("busy", 0.0));
+                Share(r["cpu"].value("busy", -1.0)).c_str(),
+                Share(r["cpu"].value("rounds_host_busy", -1.0)).c_str());
     auto it = baseline.find(r["tier"].get<std::string>());
     if (it != baseline.end() && r["ok"].get<bool>() && r["rounds_s"].get<double>() > 0)
       std::printf("   %.2fx vs grpc", it->second / r["rounds_s"].get<double>());
@@ -437,7 +505,8 @@ int RunE2e(const E2eOptions& a) {
   std::printf(
       "job_s: sum of the server's round times; srv_/cl_: seconds in that state\n"
       "(server; mean over clients); cpu_busy: CPU time of every party and the link\n"
-      "emulator over the cores' time during the run. Results: %s/e2e.{json,csv}; figure: xsilo "
+      "emulator over the CPUs' time during the run; rnd_busy: the host's CPUs busy\n"
+      "during the rounds (-: not measured). Results: %s/e2e.{json,csv}; figure: xsilo "
       "bench "
       "plot --in %s\n",
       out.c_str(), out.c_str());

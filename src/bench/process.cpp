@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -101,6 +102,33 @@ std::string SelfExe() {
   std::error_code ec;
   auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? std::string("/proc/self/exe") : p.string();
+}
+
+bool ReadHostCpu(HostCpuSample* s) {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  uint64_t v[8] = {};  // user nice system idle iowait irq softirq steal
+  if (!(f >> cpu) || cpu != "cpu") return false;
+  for (auto& x : v)
+    if (!(f >> x)) return false;
+  s->total = 0;
+  for (auto x : v) s->total += x;
+  s->busy = s->total - v[3] - v[4];
+  s->unix_s =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return true;
+}
+
+double HostBusyBetween(const std::vector<HostCpuSample>& samples, double from, double to) {
+  const HostCpuSample* a = nullptr;
+  const HostCpuSample* b = nullptr;
+  for (const auto& s : samples) {
+    if (s.unix_s < from || s.unix_s > to) continue;
+    if (a == nullptr) a = &s;
+    b = &s;
+  }
+  if (a == nullptr || b == a || b->total <= a->total || b->busy < a->busy) return -1;
+  return static_cast<double>(b->busy - a->busy) / static_cast<double>(b->total - a->total);
 }
 
 }  // namespace xsilo::bench

@@ -37,6 +37,9 @@ bool ReadFile(const std::string& path, std::string* out) {
 // `read` turning a directory into a quota (0: none).
 template <typename Read>
 double LeastAlongPath(const std::string& dir, std::string path, Read read) {
+  // The kernel writes absolute paths; one outside the reader's cgroup
+  // namespace climbs out of it ("/../.."): then only the mount's root.
+  if (path.empty() || path[0] != '/' || path.find("/..") != std::string::npos) path = "/";
   double least = 0;
   while (true) {
     const double q = read(dir + path);
@@ -92,8 +95,11 @@ double CgroupCpuQuota(std::string_view proc_self_cgroup, const std::string& cgro
         std::string s;
         return ReadFile(d + "/cpu.max", &s) ? CpuMaxQuota(s) : 0.0;
       };
-      for (const char* mount : {"", "/unified"})
-        least = Least(least, LeastAlongPath(cgroup_root + mount, path, read));
+      // A host of version 2 alone mounts it at the root (which then has
+      // cgroup.controllers); a hybrid host of both at "unified".
+      std::string unused;
+      const bool at_root = ReadFile(cgroup_root + "/cgroup.controllers", &unused);
+      least = Least(least, LeastAlongPath(cgroup_root + (at_root ? "" : "/unified"), path, read));
       continue;
     }
     bool cpu = false;
@@ -125,15 +131,19 @@ double ProcessCpuQuota() {
   return quota;
 }
 
-int UsableCpus() {
+double CpuCapacity() {
   int cpus = 0;
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) == 0) cpus = CPU_COUNT(&set);
   if (cpus <= 0) cpus = static_cast<int>(std::thread::hardware_concurrency());
   const double quota = ProcessCpuQuota();
-  if (quota > 0) cpus = std::min(cpus, static_cast<int>(std::ceil(quota - 1e-9)));
-  return std::max(1, cpus);
+  return std::max(1e-3, quota > 0 && quota < cpus ? quota : static_cast<double>(std::max(1, cpus)));
+}
+
+int UsableCpus() {
+  // Compared as a double: a quota far above the CPUs could overflow an int.
+  return std::max(1, static_cast<int>(std::ceil(CpuCapacity() - 1e-9)));
 }
 
 }  // namespace xsilo

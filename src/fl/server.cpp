@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <mutex>
@@ -148,6 +149,8 @@ Result<JobReport> FedAvgServer::Run(TensorMap global) {
     rep.bytes_sent = model_bytes * rep.selected;
 
     const auto round_start = Clock::now();
+    rep.started_unix_s =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     const auto deadline = round_start + options_.round_deadline;
     auto bcast = StartBroadcast(transport_, selected, std::move(model));
     {

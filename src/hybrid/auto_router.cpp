@@ -337,9 +337,9 @@ void AutoRouter::WaitEchoes(const std::vector<int32_t>& peers, Clock::time_point
 
 double AutoRouter::RoundTripLocked(const Peer& p) {
   if (p.pongs == 0) return -1;
-  // During the start the estimator smooths the falling echoes (97 then
-  // 1.4 ms would read 85): the least so far is the link, as at the last
-  // start echo (OnRtt).
+  // During the start the estimator holds a first echo against a much
+  // shorter one as an outlier (97 then 1.4 ms still reads 97): the least
+  // so far is the link, as at the last start echo (OnRtt).
   double rtt = p.start_min;
   if (p.pongs >= kStartEchoes) {
     const LinkEstimate e = p.estimator.estimate();

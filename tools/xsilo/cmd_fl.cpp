@@ -141,7 +141,8 @@ nlohmann::json RoundJson(const RoundReport& r) {
           {"train_loss", num(r.train_loss)},
           {"bytes_sent", r.bytes_sent},
           {"bytes_received", r.bytes_received},
-          {"seconds", r.seconds}};
+          {"seconds", r.seconds},
+          {"started_unix_s", r.started_unix_s}};
 }
 
 Status WriteJson(const std::string& path, const nlohmann::json& j) {

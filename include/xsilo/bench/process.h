@@ -41,4 +41,19 @@ pid_t SpawnSelfWithEnv(const std::string& assignment);
 // The path of this executable ("/proc/self/exe" when unreadable).
 std::string SelfExe();
 
+// The host's CPU time at one moment: /proc/stat's first line (all CPUs),
+// in clock ticks, busy being all but idle and iowait.
+struct HostCpuSample {
+  double unix_s = 0;  // the wall clock, seconds since the epoch
+  uint64_t busy = 0, total = 0;
+};
+
+// Reads it now; false where /proc/stat cannot be read.
+bool ReadHostCpu(HostCpuSample* s);
+
+// The share of the host's CPU time busy between the first and the last of
+// `samples` (in time order) that lie in [from, to]; < 0 with fewer than two
+// there, or no time between them.
+double HostBusyBetween(const std::vector<HostCpuSample>& samples, double from, double to);
+
 }  // namespace xsilo::bench

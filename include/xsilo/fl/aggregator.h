@@ -13,7 +13,7 @@
 namespace xsilo::fl {
 
 struct AggregatorOptions {
-  // Worker threads for the element-wise work; 0 = hardware concurrency.
+  // Worker threads for the element-wise work; 0 = the CPUs this process may use (UsableCpus).
   // Default 0.
   uint32_t threads = 0;
   // Tensors below this many elements are handled on the calling thread.

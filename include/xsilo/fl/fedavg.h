@@ -57,6 +57,9 @@ struct RoundReport {
   uint64_t bytes_sent = 0;      // model payload x clients selected
   uint64_t bytes_received = 0;  // update payloads received (discarded ones too)
   double seconds = 0;           // broadcast start to aggregation end
+  // The wall clock at the broadcast's start, seconds since the epoch: where
+  // the round lies in another process's timeline (bench e2e's CPU samples).
+  double started_unix_s = 0;
 };
 
 struct FinalEvaluation {

@@ -102,14 +102,16 @@ class Transport {
   }
   // The round trip this transport has measured to `peer`, seconds; < 0
   // when it has measured none or does not measure (auto+<connector>
-  // echoes: docs/auto.md). A decorator bounds an unmeasured link by it.
+  // echoes, AutoRouter::RoundTripOf: docs/auto.md). A decorator bounds an
+  // unmeasured link by it.
   virtual double MeasuredRttS(int32_t peer) {
     (void)peer;
     return -1;
   }
   // Learns the round trips a send of `bytes` to `peers` would have before
   // choosing its path (auto+<connector>: waits for the receivers' echoes,
-  // at most 5 s, until every one answered or one showed a long link), so
+  // at most 5 s, until every one has a round trip or one showed a long
+  // link), so
   // that a decorator can read them (MeasuredRttS) first. Does nothing by
   // default.
   virtual void LearnLink(const std::vector<int32_t>& peers, uint64_t bytes) {
