@@ -255,11 +255,6 @@ RunResult RunOne(const E2eOptions& a, const E2eBackend& b, const std::string& ti
   const fs::path report = dir / "server.json";
   std::error_code ec;
   fs::remove(report, ec);
-  // The parties append to their logs (Spawn): a log left by an earlier run
-  // in the same --out would be mixed into this one's.
-  fs::remove(dir / "server.log", ec);
-  for (int r = 1; r <= a.clients; ++r)
-    fs::remove(dir / ("client" + std::to_string(r) + ".log"), ec);
   const double router0 =
       state.router_pid > 0 ? netem::ProcessCpuSeconds(state.router_pid).value_or(0) : 0;
   HostCpuSampler host_cpu;
@@ -416,6 +411,18 @@ int RunE2e(const E2eOptions& a) {
   // hold any port in that range, and a listener cannot bind over it (the
   // run of auto+s3~topk after three others failed with EADDRINUSE on 41040).
   int failures = 0, port = 22000;
+  // The parties append to their logs (Spawn), so that a backend listed
+  // twice keeps the logs of all its rows one after the other; a log an
+  // earlier command left in the same --out would be mixed in: removed.
+  for (const auto& tier : tiers) {
+    for (const auto& b : backends) {
+      const fs::path dir = out / (b.name + "-" + tier);
+      std::error_code ec;
+      fs::remove(dir / "server.log", ec);
+      for (int r = 1; r <= a.clients; ++r)
+        fs::remove(dir / ("client" + std::to_string(r) + ".log"), ec);
+    }
+  }
   const auto started = Clock::now();
   for (const auto& tier : tiers) {
     for (const auto& b : backends) {

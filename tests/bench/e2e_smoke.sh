@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs a tiny `xsilo bench e2e` on lan (loopback, no root): 1 server and 2
-# clients, one round of the small tier, twice into the same folder, and
+# clients, one round of the small tier, into the same folder twice, and
 # checks the logs and the JSON it writes: the job finished, its per-state
 # times, its final figures, and the CPU and peak memory the operating
 # system counted for its parties.
@@ -9,15 +9,15 @@ XSILO="$1"
 OUT="$(mktemp -d /tmp/xsilo-bench-e2e-test-XXXXXX)"
 trap 'rm -rf "$OUT"' EXIT
 
-# Twice into the same folder: the second run's logs must not hold the
-# first's.
-for run in 1 2; do
-  "$XSILO" bench e2e --env lan --tiers small --backends grpc --clients 2 --rounds 1 \
-    --local-steps 1 --timeout 240 --out "$OUT"
-done
+# Twice into the same folder, the second time with grpc listed twice: the
+# second command's logs must not hold the first's, and hold both its rows.
+"$XSILO" bench e2e --env lan --tiers small --backends grpc --clients 2 --rounds 1 \
+  --local-steps 1 --timeout 240 --out "$OUT"
+"$XSILO" bench e2e --env lan --tiers small --backends grpc,grpc --clients 2 --rounds 1 \
+  --local-steps 1 --timeout 240 --out "$OUT"
 for log in server client1 client2; do
   n=$(grep -c "^xsilo fl " "$OUT/grpc-small/$log.log")
-  [ "$n" = 1 ] || { echo "$log.log holds $n runs' logs"; exit 1; }
+  [ "$n" = 2 ] || { echo "$log.log holds $n jobs' logs, not the last command's 2"; exit 1; }
 done
 
 python3 - "$OUT" <<'PY'
@@ -26,8 +26,8 @@ d = sys.argv[1]
 r = json.load(open(os.path.join(d, "e2e.json")))
 assert r["env"] == "lan" and r["clients"] == 2 and r["rounds"] == 1, r
 runs = r["runs"]
-assert [x["backend"] for x in runs] == ["grpc"], runs
-x = runs[0]
+assert [x["backend"] for x in runs] == ["grpc", "grpc"], runs
+x = runs[-1]
 assert x["ok"] and "error" not in x, x
 assert x["rounds_s"] > 0 and x["wall_s"] >= x["rounds_s"], x
 assert x["final"]["clients"] == 2, x["final"]
