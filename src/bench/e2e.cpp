@@ -83,6 +83,11 @@ pid_t Spawn(const std::vector<std::string>& argv, const netem::State* state, int
   _exit(127);
 }
 
+// A party's log in a run's folder: rank 0 is the server.
+fs::path PartyLog(const fs::path& dir, int rank) {
+  return dir / (rank == 0 ? std::string("server.log") : "client" + std::to_string(rank) + ".log");
+}
+
 // What the operating system counted for one party's process (and the
 // children it waited for), from wait4.
 struct PartyUsage {
@@ -262,13 +267,13 @@ RunResult RunOne(const E2eOptions& a, const E2eBackend& b, const std::string& ti
   std::vector<pid_t> pids;
   pids.push_back(
       Spawn({exe, "fl", "server", "--config", job.string(), "--json", report.string(), "--quiet"},
-            &state, 0, (dir / "server.log").string()));
+            &state, 0, PartyLog(dir, 0).string()));
   for (int r = 1; r <= a.clients; ++r) {
     const int site =
         state.topology.loopback ? 0 : 1 + (r - 1) % static_cast<int>(state.sites.size() - 1);
     pids.push_back(Spawn(
         {exe, "fl", "client", "--config", job.string(), "--rank", std::to_string(r), "--quiet"},
-        &state, site, (dir / ("client" + std::to_string(r) + ".log")).string()));
+        &state, site, PartyLog(dir, r).string()));
   }
   const auto deadline = t0 + std::chrono::milliseconds(static_cast<int64_t>(a.timeout_s * 1000));
   std::vector<PartyUsage> usage;
@@ -290,7 +295,7 @@ RunResult RunOne(const E2eOptions& a, const E2eBackend& b, const std::string& ti
     }
   } else {
     res.ok = false;
-    res.error += "no report from the server (see " + (dir / "server.log").string() + ")";
+    res.error += "no report from the server (see " + PartyLog(dir, 0).string() + ")";
   }
   if (res.report.contains("rounds")) {
     double from = 0, to = 0;
@@ -418,9 +423,7 @@ int RunE2e(const E2eOptions& a) {
     for (const auto& b : backends) {
       const fs::path dir = out / (b.name + "-" + tier);
       std::error_code ec;
-      fs::remove(dir / "server.log", ec);
-      for (int r = 1; r <= a.clients; ++r)
-        fs::remove(dir / ("client" + std::to_string(r) + ".log"), ec);
+      for (int r = 0; r <= a.clients; ++r) fs::remove(PartyLog(dir, r), ec);
     }
   }
   const auto started = Clock::now();
@@ -513,9 +516,8 @@ int RunE2e(const E2eOptions& a) {
       "job_s: sum of the server's round times; srv_/cl_: seconds in that state\n"
       "(server; mean over clients); cpu_busy: CPU time of every party and the link\n"
       "emulator over the CPUs' time during the run; rnd_busy: the host's CPUs busy\n"
-      "during the rounds (-: not measured). Results: %s/e2e.{json,csv}; figure: xsilo "
-      "bench "
-      "plot --in %s\n",
+      "during the rounds (-: not measured). Results: %s/e2e.{json,csv}; figure:\n"
+      "xsilo bench plot --in %s\n",
       out.c_str(), out.c_str());
   return failures == 0 ? 0 : 1;
 }

@@ -103,7 +103,7 @@ std::vector<uint64_t> BlockChecksums(const GatherList& bytes, uint64_t block_byt
   // hashed before a thread would have started, and every thread that
   // allocates may bind a glibc arena that keeps its pages.
   constexpr uint64_t kMinBlocksPerThread = 8;
-  if (threads <= 0) threads = std::clamp(UsableCpus(), 1, 4);
+  if (threads <= 0) threads = DefaultPoolThreads();
   const uint64_t workers = std::clamp<uint64_t>(static_cast<uint64_t>(threads), 1,
                                                 std::max<uint64_t>(1, n / kMinBlocksPerThread));
   std::vector<std::thread> pool;

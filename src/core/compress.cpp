@@ -72,7 +72,7 @@ struct ChunkRec {
 };
 
 int Workers(int threads, uint64_t tasks) {
-  int hw = threads > 0 ? threads : std::clamp(UsableCpus(), 1, 4);
+  int hw = threads > 0 ? threads : DefaultPoolThreads();
   return static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(hw), tasks));
 }
 

@@ -141,6 +141,8 @@ double CpuCapacity() {
   return std::max(1e-3, quota > 0 && quota < cpus ? quota : static_cast<double>(std::max(1, cpus)));
 }
 
+int DefaultPoolThreads() { return std::min(UsableCpus(), 4); }
+
 int UsableCpus() {
   // Compared as a double: a quota far above the CPUs could overflow an int.
   return std::max(1, static_cast<int>(std::ceil(CpuCapacity() - 1e-9)));

@@ -15,6 +15,10 @@ namespace xsilo {
 // in a container of one would run 64 threads on one CPU's time.
 int UsableCpus();
 
+// The threads a codec or hashing pool runs when not told (threads = 0):
+// UsableCpus, at most 4.
+int DefaultPoolThreads();
+
 // The CPU time per second this process may get: the CPUs of the calling
 // thread's affinity mask, or the cgroup's quota if less (1.5 for a quota of
 // 150000 per 100000 us). What a measure of how busy the CPUs were divides by.

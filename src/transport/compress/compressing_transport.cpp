@@ -51,7 +51,7 @@ std::string RecipeName(const TensorRecipe& r) {
 
 int EffectiveThreads(int threads) {
   if (threads > 0) return threads;
-  return std::clamp(UsableCpus(), 1, 4);
+  return DefaultPoolThreads();
 }
 
 // Goodput of the sends to one peer (bytes on the wire over the time from
