@@ -119,6 +119,18 @@ py::dict RoundDict(const fl::RoundReport& r) {
   d["bytes_received"] = r.bytes_received;
   d["seconds"] = r.seconds;
   d["started_unix_s"] = r.started_unix_s;
+  d["broadcast_s"] = r.broadcast_s;
+  py::list timeline;
+  for (const auto& t : r.timeline) {
+    py::dict u;
+    u["rank"] = t.rank;
+    u["model_at_s"] = t.model_at_s;
+    u["train_s"] = t.train_s;
+    u["sent_at_s"] = t.sent_at_s;
+    u["arrived_s"] = t.arrived_s;
+    timeline.append(u);
+  }
+  d["timeline"] = timeline;
   return d;
 }
 

@@ -312,6 +312,41 @@ RunResult RunOne(const E2eOptions& a, const E2eBackend& b, const std::string& ti
   return res;
 }
 
+// Each round's timeline from the server's report (docs/fl.md): when the
+// broadcast completed and when each aggregated update moved.
+json RoundTimelines(const json& report) {
+  json out = json::array();
+  if (!report.contains("rounds")) return out;
+  for (const auto& r : report["rounds"]) {
+    if (!r.contains("timeline")) continue;
+    out.push_back({{"round", r.value("round", 0)},
+                   {"seconds", r.value("seconds", 0.0)},
+                   {"broadcast_s", r.contains("broadcast_s") ? r["broadcast_s"] : json()},
+                   {"timeline", r["timeline"]}});
+  }
+  return out;
+}
+
+// Seconds of a timeline field, or "-" where it is null (unstamped).
+std::string Stamp(const json& u, const char* field) {
+  return u.contains(field) && u[field].is_number() ? Fixed(u[field].get<double>(), 2) : "-";
+}
+
+// Per round, the update that arrived last: where the round's time went.
+void PrintCriticalPaths(const json& timelines) {
+  for (const auto& r : timelines) {
+    const auto& t = r["timeline"];
+    if (t.empty()) continue;
+    const json& last = t.back();
+    std::cout << "    round " << r["round"].get<int64_t>() << " ("
+              << Fixed(r["seconds"].get<double>(), 2) << " s, broadcast done at "
+              << Stamp(r, "broadcast_s") << " s): last update from rank " << last["rank"].get<int>()
+              << ": model at " << Stamp(last, "model_at_s") << " s, trained "
+              << Stamp(last, "train_s") << " s, sent at " << Stamp(last, "sent_at_s")
+              << " s, arrived at " << Stamp(last, "arrived_s") << " s\n";
+  }
+}
+
 // Per-state seconds of the server and the mean over clients, from a report.
 void StateSummary(const json& report, json* server, json* clients_mean) {
   *server = json::object();
@@ -453,6 +488,8 @@ int RunE2e(const E2eOptions& a) {
       if (r.report.contains("model")) row["model"] = r.report["model"];
       // The server's side: the models it sent, the updates it decoded.
       if (r.report.contains("compression")) row["compression"] = r.report["compression"];
+      const json timelines = RoundTimelines(r.report);
+      if (!timelines.empty()) row["round_timelines"] = timelines;
       if (!r.ok) row["error"] = r.error;
       results["runs"].push_back(row);
       if (!r.ok) {
@@ -467,6 +504,7 @@ int RunE2e(const E2eOptions& a) {
                   << Fixed(r.cpu["cores"].get<double>(), 1) << " CPUs' " << Fixed(r.wall_s, 1)
                   << " s (" << Share(r.cpu["busy"].get<double>()) << " busy; the host's "
                   << Share(r.cpu.value("rounds_host_busy", -1.0)) << " during the rounds)\n";
+        PrintCriticalPaths(timelines);
       }
       auto final_loss = r.report.contains("final") && r.report["final"]["loss"].is_number()
                             ? Fixed(r.report["final"]["loss"].get<double>(), 4)

@@ -57,6 +57,7 @@ Result<ClientReport> FedAvgClient::Run() {
     }
     Message m = std::move(got).value();
     const auto arrived = Clock::now();
+    const int64_t arrived_ns = protocol::SystemNowNs();
     std::optional<Interval> transfer;
     if (auto s = protocol::SentAt(m)) transfer = Interval{*s, arrived};
     protocol::ChargeBlocked(timers_, waited_from, arrived, {transfer});
@@ -91,6 +92,7 @@ Result<ClientReport> FedAvgClient::Run() {
       XSILO_RETURN_IF_ERROR(trainer_.SetParameters(m.tensors));
     }
     m.tensors.clear();  // drop our reference to the broadcast payload
+    const auto train_start = Clock::now();
     EvalResult eval;
     {
       StateTimers::Scope t(timers_, PartyState::kTrain);
@@ -126,6 +128,7 @@ Result<ClientReport> FedAvgClient::Run() {
       StateTimers::Scope t(timers_, PartyState::kTrain);
       XSILO_ASSIGN_OR_RETURN(trained, trainer_.Train(work));
     }
+    const double train_s = std::chrono::duration<double>(Clock::now() - train_start).count();
     Message update;
     {
       StateTimers::Scope t(timers_, PartyState::kSerialization);
@@ -142,6 +145,8 @@ Result<ClientReport> FedAvgClient::Run() {
     update.params[protocol::kEvalLoss] = eval.loss;
     update.params[protocol::kEvalAccuracy] = eval.accuracy;
     update.params[protocol::kEvalSamples] = static_cast<int64_t>(eval.samples);
+    update.params[protocol::kModelAt] = arrived_ns;
+    update.params[protocol::kRoundTrain] = train_s;
     timers_.ToParams(update);
     ++report.rounds_trained;
     if (!send(std::move(update), "update round " + std::to_string(m.round)).ok()) {

@@ -19,6 +19,10 @@ inline constexpr std::string_view kEvaluation = "fl.evaluation";
 inline constexpr std::string_view kAbort = "fl.abort";
 
 inline constexpr const char* kSentAt = "sent_at_ns";  // system clock, ns since the epoch
+// On an update: when the client had the round's model (system clock, ns
+// since the epoch) and the seconds it spent evaluating and training it.
+inline constexpr const char* kModelAt = "model_at_ns";
+inline constexpr const char* kRoundTrain = "round_train_s";
 inline constexpr const char* kLocalSteps = "local_steps";
 inline constexpr const char* kLocalEpochs = "local_epochs";
 inline constexpr const char* kSamples = "samples";
@@ -31,16 +35,19 @@ inline constexpr const char* kSession = "fl.session";  // random per server run
 
 using Clock = std::chrono::steady_clock;
 
-inline void StampSentAt(Message& m) {
-  m.params[kSentAt] = static_cast<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                               std::chrono::system_clock::now().time_since_epoch())
-                                               .count());
+inline int64_t SystemNowNs() {
+  return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count());
 }
 
-// When the sender stamped `m`, on this process's steady clock (assuming
-// synchronized system clocks; nullopt when unstamped).
-inline std::optional<Clock::time_point> SentAt(const Message& m) {
-  auto ns = m.GetInt(kSentAt);
+inline void StampSentAt(Message& m) { m.params[kSentAt] = SystemNowNs(); }
+
+// When the sender stamped `m` (its param `param`, by default kSentAt), on
+// this process's steady clock (assuming synchronized system clocks;
+// nullopt when unstamped).
+inline std::optional<Clock::time_point> SentAt(const Message& m, const char* param = kSentAt) {
+  auto ns = m.GetInt(param);
   if (!ns.ok()) return std::nullopt;
   const auto sys_now = std::chrono::system_clock::now().time_since_epoch();
   const auto age = std::chrono::duration_cast<Clock::duration>(sys_now) -

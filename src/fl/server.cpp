@@ -40,7 +40,27 @@ struct BroadcastState {
     std::lock_guard<std::mutex> lock(mu);
     return done;
   }
+  std::optional<Clock::time_point> DoneAt() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!done) return std::nullopt;
+    return done_at;
+  }
 };
+
+double SecondsBetween(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// Where an update's stamps put it in the round that started at `start`.
+UpdateTiming Timing(const Message& m, Clock::time_point start, Clock::time_point arrived) {
+  UpdateTiming t;
+  t.rank = m.sender;
+  if (auto at = protocol::SentAt(m, protocol::kModelAt)) t.model_at_s = SecondsBetween(start, *at);
+  if (auto train = m.GetDouble(protocol::kRoundTrain); train.ok()) t.train_s = *train;
+  if (auto at = protocol::SentAt(m)) t.sent_at_s = SecondsBetween(start, *at);
+  t.arrived_s = SecondsBetween(start, arrived);
+  return t;
+}
 
 std::shared_ptr<BroadcastState> StartBroadcast(Transport& t, std::vector<int32_t> peers,
                                                Message m) {
@@ -203,6 +223,7 @@ Result<JobReport> FedAvgServer::Run(TensorMap global) {
             ++rep.discarded;
           } else {
             rep.contributors.push_back(m.sender);
+            rep.timeline.push_back(Timing(m, round_start, arrived));
             const double w = static_cast<double>(*samples);
             train_loss.Add(m.GetDouble(protocol::kTrainLoss).value_or(kNoMetric), w);
             const double ew = static_cast<double>(m.GetInt(protocol::kEvalSamples).value_or(0));
@@ -219,6 +240,7 @@ Result<JobReport> FedAvgServer::Run(TensorMap global) {
     const auto end_wait = Clock::now();
     protocol::ChargeBlocked(timers_, blocked_since, end_wait, {bcast->InFlight(end_wait)});
     progress.Done();
+    if (auto done = bcast->DoneAt()) rep.broadcast_s = SecondsBetween(round_start, *done);
 
     rep.received = aggregator.updates();
     rep.completed = rep.received >= rep.required;

@@ -2,8 +2,8 @@
 # Runs a tiny `xsilo bench e2e` on lan (loopback, no root): 1 server and 2
 # clients, one round of the small tier, into the same folder twice, and
 # checks the logs and the JSON it writes: the job finished, its per-state
-# times, its final figures, and the CPU and peak memory the operating
-# system counted for its parties.
+# times, its final figures, the CPU and peak memory the operating system
+# counted for its parties, and the round's timeline.
 set -euo pipefail
 XSILO="$1"
 OUT="$(mktemp -d /tmp/xsilo-bench-e2e-test-XXXXXX)"
@@ -48,5 +48,12 @@ assert c["rounds_host_busy"] == -1 or 0 <= c["rounds_host_busy"] <= 1, c
 assert all(r["started_unix_s"] > 1.7e9 for r in json.load(
     open(os.path.join(d, "grpc-small", "server.json")))["rounds"])
 assert c["server_max_rss_bytes"] > 591322 * 4 and c["client_max_rss_bytes"] > 591322 * 4, c
+# The round's timeline: both clients' updates, stamped in order.
+[t] = x["round_timelines"]
+assert t["round"] == 0 and 0 <= t["broadcast_s"] <= t["seconds"], t
+assert sorted(u["rank"] for u in t["timeline"]) == [1, 2], t
+for u in t["timeline"]:
+    assert 0 <= u["model_at_s"] + u["train_s"] <= u["sent_at_s"] + 1e-3, t
+    assert u["sent_at_s"] <= u["arrived_s"] + 1e-3 and u["arrived_s"] <= t["seconds"], t
 print("e2e smoke: ok; CPU", round(c["total_s"], 2), "s,", round(100 * c["busy"]), "% busy")
 PY

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
@@ -191,6 +192,46 @@ TEST(FedAvg, AggregatesEveryUpdateWeightedBySamplesThroughTheTransport) {
   EXPECT_GT(job->times[0].seconds[static_cast<size_t>(PartyState::kAggregate)], 0.0);
   EXPECT_GT(job->times[2].seconds[static_cast<size_t>(PartyState::kTrain)], 0.0);
   EXPECT_GT(job->times[2].seconds[static_cast<size_t>(PartyState::kSerialization)], 0.0);
+}
+
+// Each round's timeline puts every aggregated update's stamps in the order
+// they happen: the client has the model, trains, starts sending, and the
+// server has the update, all within the round.
+TEST(FedAvg, TheRoundTimelineOrdersEachUpdatesStamps) {
+  Federation f(3, {{"serialize", "1"}});
+  Clients clients(3, [&](int r) -> Transport& { return f.client(r); });
+  clients.trainers[1]->before_train = [] { std::this_thread::sleep_for(50ms); };
+  ServerOptions o;
+  o.rounds = 2;
+  o.round_deadline = 60s;
+  FedAvgServer server(f.server(), o);
+  auto job = server.Run({{"w", Filled(1.0f)}});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_EQ(job->rounds.size(), 2u);
+  constexpr double kClockSlack = 1e-3;  // two clocks read a moment apart
+  for (const auto& r : job->rounds) {
+    ASSERT_TRUE(std::isfinite(r.broadcast_s));
+    EXPECT_GE(r.broadcast_s, 0.0);
+    EXPECT_LE(r.broadcast_s, r.seconds);
+    ASSERT_EQ(r.timeline.size(), 3u);
+    std::set<int32_t> ranks;
+    double previous = 0;
+    for (const auto& u : r.timeline) {
+      ranks.insert(u.rank);
+      ASSERT_TRUE(std::isfinite(u.model_at_s) && std::isfinite(u.train_s) &&
+                  std::isfinite(u.sent_at_s) && std::isfinite(u.arrived_s));
+      EXPECT_GE(u.model_at_s, -kClockSlack);
+      EXPECT_LE(u.model_at_s + u.train_s, u.sent_at_s + kClockSlack) << "rank " << u.rank;
+      EXPECT_LE(u.sent_at_s, u.arrived_s + kClockSlack) << "rank " << u.rank;
+      EXPECT_GE(u.arrived_s, previous);  // arrival order
+      EXPECT_LE(u.arrived_s, r.seconds);
+      previous = u.arrived_s;
+      if (u.rank == 2) {
+        EXPECT_GE(u.train_s, 0.05);  // it slept that long in Train
+      }
+    }
+    EXPECT_EQ(ranks, (std::set<int32_t>{1, 2, 3}));
+  }
 }
 
 TEST(FedAvg, SelectsASubsetOfClientsPerRound) {
@@ -610,6 +651,12 @@ TEST(FedAvgFaults, ADuplicatedUpdateIsAggregatedOnce) {
   for (const auto& r : job->rounds) {
     EXPECT_EQ(r.received, 2u);
     EXPECT_EQ(r.contributors, (std::vector<int32_t>{1, 2}));
+    // These clients stamp nothing: their timeline has only the arrival.
+    ASSERT_EQ(r.timeline.size(), 2u);
+    for (const auto& u : r.timeline) {
+      EXPECT_TRUE(std::isnan(u.model_at_s) && std::isnan(u.train_s) && std::isnan(u.sent_at_s));
+      EXPECT_TRUE(std::isfinite(u.arrived_s));
+    }
   }
   EXPECT_NEAR(First(job->model), 1.0 + kRounds * Step({1, 2}), 1e-5);
   for (auto& c : clients) EXPECT_TRUE(c.get().ok());

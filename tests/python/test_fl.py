@@ -27,6 +27,13 @@ def test_example_fedavg_torch_runs_and_the_loss_falls(tmp_path):
     rounds = job["rounds"]
     assert len(rounds) == 3 and all(r["completed"] and r["received"] == 3 for r in rounds)
     assert all(r["bytes_sent"] > 0 and r["bytes_received"] > 0 for r in rounds)
+    # Each round's timeline: every contributor, each stamp in its order.
+    for r in rounds:
+        assert sorted(u["rank"] for u in r["timeline"]) == r["contributors"]
+        assert 0 <= r["broadcast_s"] <= r["seconds"]
+        for u in r["timeline"]:
+            assert u["model_at_s"] + u["train_s"] <= u["sent_at_s"] + 1e-3
+            assert u["sent_at_s"] <= u["arrived_s"] + 1e-3 and u["arrived_s"] <= r["seconds"]
     assert job["final"]["clients"] == 3
     # Round 1 evaluates the initial model; the final evaluation the trained one.
     assert job["final"]["loss"] < 0.5 * rounds[0]["eval_loss"]

@@ -127,6 +127,19 @@ void PrintFinal(const FinalEvaluation& f, int clients) {
   std::printf("%-7s %9s %9.4f %9.4f\n", "final", c, f.loss, f.accuracy);
 }
 
+nlohmann::json TimelineJson(const std::vector<UpdateTiming>& timeline) {
+  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& t : timeline) {
+    out.push_back({{"rank", t.rank},
+                   {"model_at_s", num(t.model_at_s)},
+                   {"train_s", num(t.train_s)},
+                   {"sent_at_s", num(t.sent_at_s)},
+                   {"arrived_s", num(t.arrived_s)}});
+  }
+  return out;
+}
+
 nlohmann::json RoundJson(const RoundReport& r) {
   auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
   return {{"round", r.round},
@@ -142,7 +155,9 @@ nlohmann::json RoundJson(const RoundReport& r) {
           {"bytes_sent", r.bytes_sent},
           {"bytes_received", r.bytes_received},
           {"seconds", r.seconds},
-          {"started_unix_s", r.started_unix_s}};
+          {"started_unix_s", r.started_unix_s},
+          {"broadcast_s", num(r.broadcast_s)},
+          {"timeline", TimelineJson(r.timeline)}};
 }
 
 Status WriteJson(const std::string& path, const nlohmann::json& j) {

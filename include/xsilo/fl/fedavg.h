@@ -13,7 +13,8 @@
 // Protocol (Message.type; every message carries param "sent_at_ns"):
 //   fl.model      server -> client  round r, the global model, local work
 //   fl.update     client -> server  round r, the local model, "samples",
-//                                   train/eval metrics, the client's timers
+//                                   train/eval metrics, the client's timers,
+//                                   "model_at_ns" and "round_train_s"
 //   fl.finish     server -> client  the final model; evaluate and stop
 //   fl.evaluation client -> server  evaluation of the final model, timers
 //   fl.abort      server -> client  the job failed ("reason"); stop
@@ -39,6 +40,18 @@ namespace xsilo::fl {
 
 inline constexpr double kNoMetric = std::numeric_limits<double>::quiet_NaN();
 
+// When one contributor's update of a round moved, in seconds since the
+// round's broadcast started (on the server's clock; the client's stamps
+// assume synchronized system clocks, as "sent_at_ns" does). NaN where the
+// client did not stamp it.
+struct UpdateTiming {
+  int32_t rank = 0;
+  double model_at_s = kNoMetric;  // the client had the model (decoded)
+  double train_s = kNoMetric;     // its evaluation and training of the round
+  double sent_at_s = kNoMetric;   // it started sending the update
+  double arrived_s = kNoMetric;   // the server received it (decoded)
+};
+
 struct RoundReport {
   int64_t round = 0;
   uint32_t selected = 0;              // clients sent the model
@@ -60,6 +73,11 @@ struct RoundReport {
   // The wall clock at the broadcast's start, seconds since the epoch: where
   // the round lies in another process's timeline (bench e2e's CPU samples).
   double started_unix_s = 0;
+  // The broadcast's completion (every selected client acknowledged the
+  // model), seconds after its start; NaN when it had not completed by the
+  // round's end.
+  double broadcast_s = kNoMetric;
+  std::vector<UpdateTiming> timeline;  // aggregated updates, in arrival order
 };
 
 struct FinalEvaluation {
