@@ -38,6 +38,7 @@ struct ServerSpec {
   int port = 0;
   std::string access, secret, directory;
   std::string tls_cert, tls_key;  // both empty: plain HTTP
+  int max_connections = 64;
 };
 
 [[noreturn]] void Serve(int ready_fd, int control_fd, const ServerSpec& spec, int port) {
@@ -53,6 +54,8 @@ struct ServerSpec {
   o.tls_key_file = spec.tls_key;
   o.recycle_bytes = 2ull << 30;  // the files of evicted models, for the next ones
   o.md5_etags = false;           // its clients are xsilo's parties, which never check ETags as MD5
+  o.min_part_bytes = EmbeddedS3::kMinPartBytes;
+  o.max_connections = spec.max_connections;
   auto server = S3Server::Start(o);
   int32_t bound = server.ok() ? (*server)->port() : -1;
   if (!server.ok()) {
@@ -178,7 +181,7 @@ Result<std::string> MakeStorageDirectory() {
 
 Result<std::shared_ptr<EmbeddedS3>> EmbeddedS3::Start(const std::string& bind_host, int port,
                                                       const std::string& advertise_host,
-                                                      const EmbeddedTls& tls) {
+                                                      const EmbeddedTls& tls, int max_connections) {
   if (tls.cert_file.empty() != tls.key_file.empty()) {
     return InvalidArgument("the embedded S3 server needs both a TLS certificate and its key");
   }
@@ -207,9 +210,9 @@ Result<std::shared_ptr<EmbeddedS3>> EmbeddedS3::Start(const std::string& bind_ho
   if (pid == 0) {
     ::close(ready[0]);
     ::close(control[1]);
-    SuperviseInChild(
-        ready[1], control[0],
-        ServerSpec{bind_host, port, access, secret, *dir, tls.cert_file, tls.key_file});
+    SuperviseInChild(ready[1], control[0],
+                     ServerSpec{bind_host, port, access, secret, *dir, tls.cert_file, tls.key_file,
+                                std::max(1, max_connections)});
   }
   ::close(ready[1]);
   ::close(control[0]);

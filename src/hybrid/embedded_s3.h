@@ -29,9 +29,13 @@ class EmbeddedS3 {
   // ephemeral) with fresh random credentials and the bucket "xsilo". The
   // endpoint names `advertise_host`, the address other parties reach.
   // With a TLS pair it serves HTTPS (endpoint() "https://...").
+  // It serves up to `max_connections` connections at once (a worker
+  // thread each, started as they come) and accepts multipart parts of
+  // kMinPartBytes and more.
   static Result<std::shared_ptr<EmbeddedS3>> Start(const std::string& bind_host, int port,
                                                    const std::string& advertise_host,
-                                                   const EmbeddedTls& tls = {});
+                                                   const EmbeddedTls& tls = {},
+                                                   int max_connections = 64);
   ~EmbeddedS3();  // stops the supervisor and the server, and waits for them
 
   const std::string& endpoint() const { return endpoint_; }
@@ -41,6 +45,11 @@ class EmbeddedS3 {
   // The supervisor process (the server is its only child).
   pid_t supervisor_pid() const { return pid_; }
   static constexpr const char* kBucket = "xsilo";
+  // The smallest part (but the last) of a multipart upload it accepts:
+  // below S3's 5 MiB, so that a credential-less party's upload of a few
+  // tens of MB still runs over all its connections (HybridOptions::
+  // min_part_bytes, which grants carry).
+  static constexpr uint64_t kMinPartBytes = 256 << 10;
 
  private:
   EmbeddedS3() = default;

@@ -29,6 +29,8 @@ Message HybridTransport::OffloadThroughGrant(Message m, TensorMap big, int32_t p
     Prepared prepared = Prepare(big);
     const EncodedPayload& payload = prepared.payload;
     Status put;
+    uint64_t parts = 1;
+    int used = 1;  // connections
     const auto start = Clock::now();
     if (grant->part_urls.empty()) {
       put = HttpPutUrl(grant->url, payload.bytes, std::chrono::minutes(10),
@@ -39,13 +41,21 @@ Message HybridTransport::OffloadThroughGrant(Message m, TensorMap big, int32_t p
       up.complete_url = grant->complete_url;
       up.body = payload.bytes;
       up.connections = hybrid_.url_connections;
+      up.min_part_bytes = grant->min_part_bytes;
       up.tls.ca_file = hybrid_.url_ca_file;
-      put = HttpPutUrlParts(up).status();
+      auto uploaded = HttpPutUrlParts(up);
+      put = uploaded.status();
+      if (uploaded.ok()) {
+        parts = *uploaded;
+        used = static_cast<int>(std::min<uint64_t>(parts, hybrid_.url_connections));
+      }
     }
-    if (put.ok() && router_) {
-      router_->OnTransfer(peer, payload.bytes.size,
-                          std::chrono::duration<double>(Clock::now() - start).count(),
-                          grant->part_urls.empty() ? 1 : hybrid_.url_connections);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (put.ok() && router_) router_->OnTransfer(peer, payload.bytes.size, seconds, used);
+    if (put.ok() && DebugLog()) {
+      std::cerr << "xsilo " << name_ << " rank " << rank() << " -> rank " << peer << ": uploaded "
+                << payload.bytes.size << " bytes through a grant in " << seconds * 1e3 << " ms, "
+                << parts << " part(s) over " << used << " connection(s)\n";
     }
     if (put.ok()) {
       Key key = grant->key;
@@ -95,6 +105,7 @@ void HybridTransport::SendGrants(const std::vector<int32_t>& peers) {
       for (const auto& u : multi->part_urls) parts += (parts.empty() ? "" : "\n") + u;
       g.params["parts"] = parts;
       g.params["complete"] = multi->complete_url;
+      g.params["min_part"] = static_cast<int64_t>(hybrid_.min_part_bytes);
     } else {
       auto url = connector_->presigned()->PresignPut(*key, hybrid_.presign_expiry);
       if (!url.ok()) return;
@@ -123,7 +134,7 @@ void HybridTransport::OnGrant(const Message& m) {
   if (!key_json.ok() || !expires.ok()) return;
   auto key = Key::FromJson(*key_json);
   if (!key.ok()) return;
-  Grant grant{*key, {}, {}, {}, {}};
+  Grant grant{.key = *key};
   if (auto url = m.GetString("url"); url.ok()) {
     grant.url = *url;
   } else {
@@ -136,6 +147,10 @@ void HybridTransport::OnGrant(const Message& m) {
       a = b + 1;
     }
     grant.complete_url = *complete;
+    // From an issuer that predates it: S3's own minimum.
+    if (auto min_part = m.GetInt("min_part"); min_part.ok() && *min_part > 0) {
+      grant.min_part_bytes = static_cast<uint64_t>(*min_part);
+    }
   }
   // Keep a margin for the upload itself and for clock drift.
   auto life = std::chrono::seconds(*expires);

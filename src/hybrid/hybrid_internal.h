@@ -82,6 +82,7 @@ struct Grant {
   std::string url;                     // one presigned PUT, or:
   std::vector<std::string> part_urls;  // a multipart upload's parts
   std::string complete_url;
+  uint64_t min_part_bytes = 5ull << 20;  // the issuer's store's smallest part
   Clock::time_point usable_until;
 };
 

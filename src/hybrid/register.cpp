@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <charconv>
 
 #include "hybrid/embedded_s3.h"
@@ -58,6 +59,9 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
     } else if (k == "connections") {
       XSILO_ASSIGN_OR_RETURN(int64_t t, ParseInt(k, v, 1));
       hybrid.url_connections = static_cast<int>(std::min<int64_t>(t, 256));
+    } else if (k == "min_part_bytes") {
+      XSILO_ASSIGN_OR_RETURN(int64_t t, ParseInt(k, v, 1));
+      hybrid.min_part_bytes = static_cast<uint64_t>(t);
     } else if (k == "grants") {
       if (v != "0" && v != "1") return InvalidArgument("hybrid option grants must be 0 or 1");
       hybrid.grant_uploads = v == "1";
@@ -131,6 +135,7 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
       return InvalidArgument("the embedded object server needs presigned URLs (presign_s > 0)");
     }
     hybrid.grant_uploads = true;
+    if (!options.backend.count("min_part_bytes")) hybrid.min_part_bytes = EmbeddedS3::kMinPartBytes;
     if (options.rank == 0) {
       advertise = HostOf(options.address);
       if (advertise.empty() || advertise == "0.0.0.0" || advertise == "::" || advertise == "[::]") {
@@ -139,8 +144,13 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
       if (bind.empty()) bind = advertise;
       // Forked before the inner transport exists, while this process has
       // as few threads as it will ever have.
-      XSILO_ASSIGN_OR_RETURN(std::shared_ptr<EmbeddedS3> server,
-                             EmbeddedS3::Start(bind, static_cast<int>(port), advertise, tls));
+      // A worker per connection: every client's ranged GETs of a broadcast
+      // at once, and as many uploads. Workers start as connections come.
+      const int workers = static_cast<int>(std::clamp<int64_t>(
+          2 * int64_t{options.world_size - 1} * hybrid.url_connections + 16, 64, 4096));
+      XSILO_ASSIGN_OR_RETURN(
+          std::shared_ptr<EmbeddedS3> server,
+          EmbeddedS3::Start(bind, static_cast<int>(port), advertise, tls, workers));
       store.options["endpoint"] =
           advertise_endpoint.empty() ? server->endpoint() : advertise_endpoint;
       store.options["access_key"] = server->access_key();

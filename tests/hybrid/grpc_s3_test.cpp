@@ -362,6 +362,85 @@ TEST(GrpcS3Embedded, ObjectsLiveInTmpfsAndGoWithTheTransport) {
   EXPECT_TRUE(OurEmbeddedDirs().empty());
 }
 
+// A grant carries the smallest part its store accepts (min_part_bytes), so
+// a credential-less party cuts a 12 MiB update into as many parts as it has
+// part URLs (32) instead of S3's two parts of at least 5 MiB: every
+// connection carries a share, as on a long link each must.
+TEST(GrpcS3, AGrantCarriesTheStoresSmallestPartSoTheUploadUsesEveryConnection) {
+  S3ServerOptions so;
+  so.access_key = "test-access";
+  so.secret_key = "test-secret-key";
+  so.buckets = {"parts"};
+  so.min_part_bytes = 256 << 10;
+  std::atomic<int> parts{0}, completions{0};
+  so.on_request = [&](const S3FaultRequest& r) {
+    if (r.query.find("X-Amz-Signature=") == std::string::npos) return;
+    if (r.method == "PUT" && r.query.find("partNumber=") != std::string::npos) ++parts;
+    if (r.method == "POST" && r.query.find("uploadId=") != std::string::npos) ++completions;
+  };
+  auto s3 = S3Server::Start(so);
+  ASSERT_TRUE(s3.ok()) << s3.status().ToString();
+  // Without the key, the grant says S3's 5 MiB.
+  for (const std::string min_part : {"", "262144"}) {
+    SCOPED_TRACE("min_part_bytes '" + min_part + "'");
+    parts = 0;
+    completions = 0;
+    std::map<std::string, std::string> store = {
+        {"store.endpoint", (*s3)->endpoint()}, {"store.bucket", "parts"},
+        {"store.access_key", so.access_key},   {"store.secret_key", so.secret_key},
+        {"store.addressing", "path"},          {"grants", "1"}};
+    if (!min_part.empty()) store["min_part_bytes"] = min_part;
+    std::string address = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
+    auto server = PairParty("grpc+s3", address, 0, store);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    auto client = PairParty("grpc+s3", address, 1);  // no credentials: grants only
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    std::thread start([&] { ASSERT_TRUE((*server)->Start().ok()); });
+    ASSERT_TRUE((*client)->Start().ok());
+    start.join();
+    // A message from rank 0 brings the client its grants.
+    ASSERT_TRUE((*server)->Send(1, PatternMessage(1024, 1, 0), 60s).ok());
+    ASSERT_TRUE((*client)->Receive(60s).ok());
+    ASSERT_TRUE((*client)->Send(0, PatternMessage((12 << 20) + 7, 2, 0), 60s).ok());
+    auto up = (*server)->Receive(60s);
+    ASSERT_TRUE(up.ok()) << up.status().ToString();
+    EXPECT_TRUE(PatternIntact(*up));
+    EXPECT_EQ(completions.load(), 1);
+    EXPECT_EQ(parts.load(), min_part.empty() ? 2 : 32);
+    (*client)->Stop();
+    (*server)->Stop();
+  }
+}
+
+// The embedded object server accepts the parts its grants announce:
+// kMinPartBytes, far below S3's 5 MiB.
+TEST(GrpcS3Embedded, AcceptsMultipartPartsOfItsAnnouncedMinimum) {
+  std::string address = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
+  auto server = PairParty("grpc+s3", address, 0);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto connector = HybridConnectorOf(**server);
+  ASSERT_TRUE(connector && connector->presigned_multipart());
+  auto key = connector->NewKey();
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  auto grant = connector->presigned_multipart()->PresignMultipartPut(*key, 32, 600s);
+  ASSERT_TRUE(grant.ok()) << grant.status().ToString();
+  Buffer data = testing::PatternTensor(8 << 20, 3).data;
+  UrlUploadArgs up;
+  up.part_urls = grant->part_urls;
+  up.complete_url = grant->complete_url;
+  up.body.Append(data);
+  up.connections = 32;
+  up.min_part_bytes = EmbeddedS3::kMinPartBytes;
+  auto n = HttpPutUrlParts(up);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 32u);  // 8 MiB in parts of 256 KiB
+  key->size = data.size();
+  auto got = connector->Get(*key);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_TRUE(got->has_value());
+  EXPECT_EQ((*got)->view(), data.view());
+}
+
 // A party that has only received from a peer still has a figure for the
 // link to it: its own fetch of the peer's stored object (the compression
 // decorator decides a client's first update by it). On loopback the
