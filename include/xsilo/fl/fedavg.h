@@ -73,9 +73,10 @@ struct RoundReport {
   // The wall clock at the broadcast's start, seconds since the epoch: where
   // the round lies in another process's timeline (bench e2e's CPU samples).
   double started_unix_s = 0;
-  // The broadcast's completion (every selected client acknowledged the
-  // model), seconds after its start; NaN when it had not completed by the
-  // round's end.
+  // When the transport reported the broadcast done, seconds after its
+  // start (its SendAsync callback: for a hybrid backend once the model is
+  // stored and every stub sent, while the clients may still be fetching);
+  // NaN when it had not by the round's end.
   double broadcast_s = kNoMetric;
   std::vector<UpdateTiming> timeline;  // aggregated updates, in arrival order
 };
