@@ -425,7 +425,7 @@ Status DecodeChunk(const Layout& l, const uint8_t* src, const ChunkRec& r, uint6
 
 Status DecodeTensor(const Tensor& enc, const Layout& l, const std::vector<ChunkRec>& recs,
                     const Tensor* ref, const CompressOptions& o, Tensor* out) {
-  XSILO_ASSIGN_OR_RETURN(Buffer dst, AllocateOutput(o, l.elems * l.elem));
+  XSILO_ASSIGN_OR_RETURN(Buffer dst, Buffer::Allocate(l.elems * l.elem));
   std::vector<uint64_t> offsets(recs.size());
   for (size_t i = 0, off = 0; i < recs.size(); off += recs[i].len, ++i) offsets[i] = off;
   const int workers = Workers(o.threads, recs.size());
@@ -461,13 +461,6 @@ void AddDifference(const float* update, const float* ours, const float* cast, fl
   ForPieces(n, threads, [&](uint64_t, uint64_t first, uint64_t len) {
     compress::AddDifference(update + first, ours + first, cast + first, out + first, len);
   });
-}
-
-Result<Buffer> AllocateOutput(const CompressOptions& options, uint64_t bytes) {
-  if (!options.pool) return Buffer::Allocate(bytes);
-  XSILO_ASSIGN_OR_RETURN(Buffer b, options.pool->Allocate(bytes));
-  BufferPool::Recycle(b);
-  return b;
 }
 
 uint64_t ReferenceDigest(const TensorMap& reference) {

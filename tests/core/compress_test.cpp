@@ -6,11 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -270,38 +268,6 @@ TEST(Compress, DecompressNamesTheTensorsItDecoded) {
   // Without a table nothing is decoded, and the list says so.
   ASSERT_TRUE(DecompressMessage(&m, {}, {}, &decoded).ok());
   EXPECT_TRUE(decoded.empty());
-}
-
-// With a pool, a decoded tensor's storage comes from it and goes back when
-// the tensor's last view dies: the next message decodes into the same
-// memory (already faulted in), with the right values.
-TEST(Compress, DecodedTensorsTakeTheirStorageFromThePoolAndGiveItBack) {
-  std::vector<float> x = Weights(3 << 20, 23);  // 12 MiB: pooled sizes start at 8 MiB
-  Message encoded;
-  encoded.tensors.emplace("w", TensorOf(DType::kF32, x));
-  ASSERT_TRUE(CompressMessage(&encoded, {}, {}).ok());
-  CompressOptions o;
-  o.pool = std::make_shared<BufferPool>(64 << 20, std::chrono::seconds(60));
-  const uint8_t* first = nullptr;
-  for (int round = 0; round < 2; ++round) {
-    SCOPED_TRACE("round " + std::to_string(round));
-    Message m = encoded;
-    ASSERT_TRUE(DecompressMessage(&m, {}, o).ok());
-    EXPECT_EQ(o.pool->idle_bytes(), 0u);
-    const Tensor& w = m.tensors.at("w");
-    ASSERT_EQ(w.nbytes(), x.size() * 4);
-    EXPECT_EQ(std::memcmp(w.data.data(), x.data(), w.nbytes()), 0);
-    if (round == 0) first = w.data.data();
-    if (round == 1) {
-      EXPECT_EQ(w.data.data(), first) << "the first message's storage, reused";
-    }
-    m.tensors.clear();
-    EXPECT_GE(o.pool->idle_bytes(), x.size() * 4);
-  }
-  // Without a pool: fresh storage, returned to no one.
-  Message m = encoded;
-  ASSERT_TRUE(DecompressMessage(&m, {}, {}).ok());
-  EXPECT_EQ(std::memcmp(m.tensors.at("w").data.data(), x.data(), x.size() * 4), 0);
 }
 
 TEST(Compress, LossyRecipesLeaveOtherDTypesLossless) {

@@ -24,7 +24,6 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -78,18 +77,7 @@ struct CompressOptions {
   // Largest decoded tensor accepted (a table claiming more is Corrupt
   // before anything is allocated).
   uint64_t max_decoded_bytes = 1ull << 40;
-  // Where decoded tensors' storage comes from, and goes back to once their
-  // last view dies (BufferPool::Recycle). A receiver that decodes a model
-  // every round then writes into memory the last one faulted in, instead
-  // of fresh pages the kernel must zero first: that zeroing was 6.4% of
-  // the CPU of a FedAvg job (Big, int8) on loopback, more than the decode
-  // itself. Null: fresh memory (Buffer::Allocate).
-  std::shared_ptr<BufferPool> pool;
 };
-
-// Storage for `bytes` of output: from `options.pool`, marked to go back to
-// it, or fresh.
-Result<Buffer> AllocateOutput(const CompressOptions& options, uint64_t bytes);
 
 // What a compression did, for logs and the bench JSON.
 struct CompressStats {

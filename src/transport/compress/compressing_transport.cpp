@@ -6,7 +6,6 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -87,30 +86,12 @@ double CoreContention() {
   return std::max(1.0, running / cores);
 }
 
-// Copies `tensors` into storage from `options`' pool. A copy that cannot
-// be allocated is fatal, as Buffer::CopyFrom's.
-std::shared_ptr<const TensorMap> CopyTensors(const TensorMap& tensors,
-                                             const CompressOptions& options) {
+std::shared_ptr<const TensorMap> CopyTensors(const TensorMap& tensors) {
   auto copy = std::make_shared<TensorMap>();
   for (const auto& [name, t] : tensors) {
-    auto b = AllocateOutput(options, t.nbytes());
-    if (!b.ok()) std::abort();
-    if (t.nbytes() > 0) std::memcpy(b->mutable_data(), t.data.data(), t.nbytes());
-    (*copy)[name] = *Tensor::Make(t.dtype, t.shape, *std::move(b));
+    (*copy)[name] = *Tensor::Make(t.dtype, t.shape, Buffer::CopyFrom(t.data.data(), t.nbytes()));
   }
   return copy;
-}
-
-// Idle storage of decoded tensors and references kept for the next ones
-// (CompressOptions::pool): a model's worth or more, for a minute.
-constexpr uint64_t kPoolIdleBytes = 2ull << 30;
-constexpr std::chrono::seconds kPoolIdleAge{60};
-
-CompressionPolicy WithPool(CompressionPolicy policy) {
-  if (!policy.codec.pool) {
-    policy.codec.pool = std::make_shared<BufferPool>(kPoolIdleBytes, kPoolIdleAge);
-  }
-  return policy;
 }
 
 // A link whose round trip is this long or longer is long: the auto
@@ -127,7 +108,7 @@ constexpr size_t kReferencesKept = 2;
 class CompressingTransport final : public ForwardingTransport {
  public:
   CompressingTransport(std::unique_ptr<Transport> inner, CompressionPolicy policy)
-      : ForwardingTransport(std::move(inner)), policy_(WithPool(std::move(policy))) {}
+      : ForwardingTransport(std::move(inner)), policy_(std::move(policy)) {}
   ~CompressingTransport() override { Stop(); }
 
   void SendAsync(int32_t peer, Message message, SendCallback done) override {
@@ -173,7 +154,6 @@ class CompressingTransport final : public ForwardingTransport {
   // FedAvg Big model) delayed every broadcast on a LAN, where it is most
   // of what compression=auto costs when it sends nothing smaller.
   void Send(std::vector<int32_t> peers, Message message, SendCallback done, bool broadcast) {
-    policy_.codec.pool->Trim();  // idle storage past its minute
     for (int32_t p : peers) {
       if (Status s = CheckPeer(p); !s.ok()) {
         if (done) done(s);
@@ -211,7 +191,7 @@ class CompressingTransport final : public ForwardingTransport {
       std::lock_guard<std::mutex> lock(mu_);
       borrowed = p.reference;
     }
-    std::shared_ptr<const TensorMap> copy = CopyTensors(*borrowed, policy_.codec);
+    std::shared_ptr<const TensorMap> copy = CopyTensors(*borrowed);
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = references_.find(*p.reference_key);
         it != references_.end() && it->second.tensors == borrowed) {
@@ -306,7 +286,7 @@ class CompressingTransport final : public ForwardingTransport {
         std::shared_ptr<const TensorMap> pin;
         XSILO_RETURN_IF_ERROR(DecompressMessage(&copy, Lookup(&pin), o));
         p.reference = std::make_shared<const TensorMap>(std::move(copy.tensors));
-        p.original = CopyTensors(original, policy_.codec);
+        p.original = CopyTensors(original);
       } else {
         // The caller's Buffers, until Send copies them (OwnReference): the
         // caller may reuse them once the send completed (the FedAvg server
@@ -615,7 +595,6 @@ class CompressingTransport final : public ForwardingTransport {
   }
 
   Status OnDelivery(Message m, const std::function<bool()>& abandon) override {
-    policy_.codec.pool->Trim();
     std::vector<std::string> decoded;  // into Buffers of their own
     if (m.params.count(kCodecParam)) {
       const auto start = Clock::now();
@@ -636,7 +615,7 @@ class CompressingTransport final : public ForwardingTransport {
                     std::to_string(m.sender) + " not kept: " + why);
       } else {
         // Our own copy: the receiver may change the tensors it was given.
-        auto copy = CopyTensors(m.tensors, policy_.codec);
+        auto copy = CopyTensors(m.tensors);
         std::lock_guard<std::mutex> lock(mu_);
         Keep(*key, std::move(copy), {m.sender});
         ++summary_.references_kept;
@@ -742,7 +721,7 @@ class CompressingTransport final : public ForwardingTransport {
       }
       Buffer out = t.data;
       if (std::find(decoded.begin(), decoded.end(), name) == decoded.end()) {
-        auto fresh = AllocateOutput(policy_.codec, t.nbytes());
+        auto fresh = Buffer::Allocate(t.nbytes());
         if (!fresh.ok()) continue;  // left as it came: the change is still right
         out = *std::move(fresh);
       }
