@@ -262,7 +262,7 @@ Result<JobReport> FedAvgServer::Run(TensorMap global) {
           WriteCheckpoint(options_.checkpoint_dir, r + 1, global)
               .WithContext("FedAvg server checkpoint after round " + std::to_string(r)));
     }
-    rep.seconds = std::chrono::duration<double>(Clock::now() - round_start).count();
+    rep.seconds = SecondsBetween(round_start, Clock::now());
     job.rounds.push_back(rep);
     if (options_.on_round) options_.on_round(rep);
     if (failed_streak >= options_.max_failed_rounds) {

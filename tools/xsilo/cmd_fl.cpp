@@ -127,21 +127,24 @@ void PrintFinal(const FinalEvaluation& f, int clients) {
   std::printf("%-7s %9s %9.4f %9.4f\n", "final", c, f.loss, f.accuracy);
 }
 
+// A metric, or null where it is NaN (not measured, not stamped).
+nlohmann::json FiniteOrNull(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json();
+}
+
 nlohmann::json TimelineJson(const std::vector<UpdateTiming>& timeline) {
-  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
   nlohmann::json out = nlohmann::json::array();
   for (const auto& t : timeline) {
     out.push_back({{"rank", t.rank},
-                   {"model_at_s", num(t.model_at_s)},
-                   {"train_s", num(t.train_s)},
-                   {"sent_at_s", num(t.sent_at_s)},
-                   {"arrived_s", num(t.arrived_s)}});
+                   {"model_at_s", FiniteOrNull(t.model_at_s)},
+                   {"train_s", FiniteOrNull(t.train_s)},
+                   {"sent_at_s", FiniteOrNull(t.sent_at_s)},
+                   {"arrived_s", FiniteOrNull(t.arrived_s)}});
   }
   return out;
 }
 
 nlohmann::json RoundJson(const RoundReport& r) {
-  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
   return {{"round", r.round},
           {"selected", r.selected},
           {"received", r.received},
@@ -149,14 +152,14 @@ nlohmann::json RoundJson(const RoundReport& r) {
           {"discarded", r.discarded},
           {"completed", r.completed},
           {"contributors", r.contributors},
-          {"eval_loss", num(r.eval_loss)},
-          {"eval_accuracy", num(r.eval_accuracy)},
-          {"train_loss", num(r.train_loss)},
+          {"eval_loss", FiniteOrNull(r.eval_loss)},
+          {"eval_accuracy", FiniteOrNull(r.eval_accuracy)},
+          {"train_loss", FiniteOrNull(r.train_loss)},
           {"bytes_sent", r.bytes_sent},
           {"bytes_received", r.bytes_received},
           {"seconds", r.seconds},
           {"started_unix_s", r.started_unix_s},
-          {"broadcast_s", num(r.broadcast_s)},
+          {"broadcast_s", FiniteOrNull(r.broadcast_s)},
           {"timeline", TimelineJson(r.timeline)}};
 }
 
@@ -175,10 +178,9 @@ nlohmann::json JobJson(const std::string& transport, const std::string& tier, co
   j["model"] = {{"layers", shape.ToString()}, {"parameters", shape.ParameterCount()}};
   for (const auto& r : job.rounds) j["rounds"].push_back(RoundJson(r));
   const auto& f = job.final_evaluation;
-  j["final"] = {
-      {"clients", f.clients},
-      {"loss", std::isfinite(f.loss) ? nlohmann::json(f.loss) : nlohmann::json()},
-      {"accuracy", std::isfinite(f.accuracy) ? nlohmann::json(f.accuracy) : nlohmann::json()}};
+  j["final"] = {{"clients", f.clients},
+                {"loss", FiniteOrNull(f.loss)},
+                {"accuracy", FiniteOrNull(f.accuracy)}};
   j["late_updates_discarded"] = job.late_updates_discarded;
   j["state_seconds"] = nlohmann::json::parse(StateTableJson(times));
   return j;
