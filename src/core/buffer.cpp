@@ -7,11 +7,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace xsilo {
@@ -28,11 +31,77 @@ void AddLive(uint64_t n) {
   }
 }
 
+constexpr uint64_t kHugePageBytes = 2ull << 20;
+constexpr uint64_t kHugePageThreshold = 8ull << 20;
+
+// The process's idle large mappings (Buffer::ConfigureIdleCache).
+struct IdleCache {
+  std::mutex mu;  // guards cache (replaced by ConfigureIdleCache)
+  std::unique_ptr<MappingCache> cache;
+  uint64_t max_bytes = 0;
+  std::chrono::milliseconds max_age{0};
+};
+
+uint64_t EnvOr(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  return end != nullptr && *end == '\0' ? static_cast<uint64_t>(n) : fallback;
+}
+
+IdleCache* g_idle_cache = nullptr;
+
+// Never destroyed: Buffers held by static objects die after main returns.
+// Its lock is held across fork, so that a child never inherits it locked
+// by a thread that does not exist there.
+IdleCache& TheIdleCache() {
+  static IdleCache* c = [] {
+    auto* ic = new IdleCache;
+    g_idle_cache = ic;
+    pthread_atfork([] { g_idle_cache->mu.lock(); }, [] { g_idle_cache->mu.unlock(); },
+                   [] { g_idle_cache->mu.unlock(); });
+    ic->max_bytes = EnvOr("XSILO_BUFFER_CACHE_BYTES", Buffer::kDefaultIdleCacheBytes);
+    ic->max_age = std::chrono::milliseconds(
+        1000 * EnvOr("XSILO_BUFFER_CACHE_SECONDS", Buffer::kDefaultIdleCacheSeconds));
+    if (ic->max_bytes > 0) ic->cache = std::make_unique<MappingCache>(ic->max_bytes, ic->max_age);
+    return ic;
+  }();
+  return *c;
+}
+
+// Takes an idle mapping of at least `size` bytes and at most a quarter
+// more, dropping the ones past their age first; base nullptr when none.
+MappingCache::Block TakeIdle(uint64_t size) {
+  IdleCache& ic = TheIdleCache();
+  std::lock_guard<std::mutex> lock(ic.mu);
+  if (!ic.cache) return {};
+  ic.cache->Trim();
+  const uint64_t slack = size / 4;
+  return ic.cache->Take(size, size > UINT64_MAX - slack ? UINT64_MAX : size + slack);
+}
+
+// Keeps a large mapping for reuse, or unmaps it when the cache is off.
+void PutIdle(void* base, uint64_t length) {
+  IdleCache& ic = TheIdleCache();
+  {
+    std::lock_guard<std::mutex> lock(ic.mu);
+    if (ic.cache) {
+      ic.cache->Trim();
+      ic.cache->Put({base, length});
+      return;
+    }
+  }
+  munmap(base, length);
+}
+
 }  // namespace
 
+// A pool's blocks past its bounds go on to the process's idle cache.
 struct BufferPool::State {
   State(uint64_t max_idle_bytes, std::chrono::milliseconds max_idle_age)
-      : cache(max_idle_bytes, max_idle_age) {}
+      : cache(max_idle_bytes, max_idle_age,
+              [](MappingCache::Block b) { PutIdle(b.base, b.length); }) {}
   MappingCache cache;
 };
 
@@ -53,8 +122,8 @@ struct Buffer::Storage {
         g_live_bytes.fetch_sub(length, std::memory_order_relaxed);
         break;
       case Kind::kAnonymous:
-        munmap(base, length);
         g_live_bytes.fetch_sub(length, std::memory_order_relaxed);
+        PutIdle(base, length);
         break;
       case Kind::kWrapped:
         if (release) release();
@@ -68,18 +137,13 @@ struct Buffer::Storage {
         if (state) {
           state->cache.Put({base, length});
         } else {
-          munmap(base, length);
+          PutIdle(base, length);
         }
         break;
       }
     }
   }
 };
-
-namespace {
-constexpr uint64_t kHugePageBytes = 2ull << 20;
-constexpr uint64_t kHugePageThreshold = 8ull << 20;
-}  // namespace
 
 namespace {
 
@@ -106,20 +170,22 @@ void* MapBuffer(uint64_t size, uint64_t* mapped) {
 
 }  // namespace
 
-Result<Buffer> Buffer::Allocate(uint64_t size) {
+Result<Buffer> Buffer::AllocateStorage(uint64_t size, bool* reused) {
+  *reused = false;
   if (size == 0) return Buffer();
   auto storage = std::make_shared<Storage>();
   if (size >= kMapThreshold) {
-    uint64_t mapped = 0;
-    void* p = MapBuffer(size, &mapped);
-    if (p == nullptr) {
+    MappingCache::Block b = TakeIdle(size);
+    *reused = b.base != nullptr;
+    if (b.base == nullptr) b.base = MapBuffer(size, &b.length);
+    if (b.base == nullptr) {
       return ResourceExhausted("cannot map " + std::to_string(size) + " bytes");
     }
     storage->kind = Storage::Kind::kAnonymous;
-    storage->base = p;
-    storage->length = mapped;
-    AddLive(mapped);
-    return Buffer(std::move(storage), static_cast<uint8_t*>(p), size);
+    storage->base = b.base;
+    storage->length = b.length;
+    AddLive(b.length);
+    return Buffer(std::move(storage), static_cast<uint8_t*>(b.base), size);
   }
   // aligned_alloc requires size to be a multiple of the alignment.
   uint64_t rounded = (size + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
@@ -134,12 +200,42 @@ Result<Buffer> Buffer::Allocate(uint64_t size) {
   return Buffer(std::move(storage), static_cast<uint8_t*>(p), size);
 }
 
+Result<Buffer> Buffer::Allocate(uint64_t size) {
+  bool reused = false;
+  return AllocateStorage(size, &reused);
+}
+
 Result<Buffer> Buffer::AllocateZeroed(uint64_t size) {
-  XSILO_ASSIGN_OR_RETURN(Buffer b, Allocate(size));
+  bool reused = false;
+  XSILO_ASSIGN_OR_RETURN(Buffer b, AllocateStorage(size, &reused));
   // Fresh anonymous mappings are zero already; touching them would only
   // fault their pages in.
-  if (size > 0 && size < kMapThreshold) std::memset(b.mutable_data(), 0, size);
+  if (size > 0 && (size < kMapThreshold || reused)) std::memset(b.mutable_data(), 0, size);
   return b;
+}
+
+void Buffer::ConfigureIdleCache(uint64_t max_idle_bytes, std::chrono::milliseconds max_age) {
+  IdleCache& ic = TheIdleCache();
+  std::unique_ptr<MappingCache> old;
+  {
+    std::lock_guard<std::mutex> lock(ic.mu);
+    old = std::move(ic.cache);  // unmapped below, outside the lock
+    ic.max_bytes = max_idle_bytes;
+    ic.max_age = max_age;
+    if (max_idle_bytes > 0) ic.cache = std::make_unique<MappingCache>(max_idle_bytes, max_age);
+  }
+}
+
+void Buffer::TrimIdleCache() {
+  IdleCache& ic = TheIdleCache();
+  std::lock_guard<std::mutex> lock(ic.mu);
+  if (ic.cache) ic.cache->Trim();
+}
+
+uint64_t Buffer::IdleCachedBytes() {
+  IdleCache& ic = TheIdleCache();
+  std::lock_guard<std::mutex> lock(ic.mu);
+  return ic.cache ? ic.cache->idle_bytes() : 0;
 }
 
 Buffer Buffer::CopyFrom(const void* data, uint64_t size) {
@@ -212,9 +308,11 @@ BufferPool::~BufferPool() = default;
 
 Result<Buffer> BufferPool::Allocate(uint64_t size) {
   if (size < kHugePageThreshold) return Buffer::Allocate(size);
-  // The smallest idle storage that holds `size` and is at most twice it.
+  // The smallest idle storage that holds `size` and is at most twice it,
+  // else the process's idle cache's.
   MappingCache::Block b =
       state_->cache.Take(size, size > UINT64_MAX / 2 ? UINT64_MAX : 2 * size + 1);
+  if (b.base == nullptr) b = TakeIdle(size);
   if (b.base == nullptr) {
     b.base = MapBuffer(size, &b.length);
     if (b.base == nullptr)

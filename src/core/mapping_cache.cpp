@@ -24,8 +24,9 @@ void* MapAnonymous(uint64_t size, uint64_t align, uint64_t* mapped) {
   return reinterpret_cast<void*>(aligned);
 }
 
-MappingCache::MappingCache(uint64_t max_idle_bytes, std::chrono::steady_clock::duration max_age)
-    : max_idle_bytes_(max_idle_bytes), max_age_(max_age) {}
+MappingCache::MappingCache(uint64_t max_idle_bytes, std::chrono::steady_clock::duration max_age,
+                           std::function<void(Block)> spill)
+    : max_idle_bytes_(max_idle_bytes), max_age_(max_age), spill_(std::move(spill)) {}
 
 MappingCache::~MappingCache() {
   for (const Idle& i : idle_) munmap(i.block.base, i.block.length);
@@ -63,7 +64,17 @@ void MappingCache::Put(Block b) {
       idle_bytes_ += b.length;
     }
   }
-  for (const Block& d : drop) munmap(d.base, d.length);
+  Drop(drop);
+}
+
+void MappingCache::Drop(const std::vector<Block>& blocks) const {
+  for (const Block& d : blocks) {
+    if (spill_) {
+      spill_(d);
+    } else {
+      munmap(d.base, d.length);
+    }
+  }
 }
 
 void MappingCache::Trim() {
@@ -77,7 +88,7 @@ void MappingCache::Trim() {
       idle_.erase(idle_.begin());
     }
   }
-  for (const Block& d : drop) munmap(d.base, d.length);
+  Drop(drop);
 }
 
 uint64_t MappingCache::idle_bytes() const {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -25,28 +26,33 @@ class MappingCache {
     uint64_t length = 0;
   };
 
-  MappingCache(uint64_t max_idle_bytes, std::chrono::steady_clock::duration max_age);
-  ~MappingCache();  // unmaps every idle block
+  // `spill` (optional) takes the blocks the cache drops, for their age or
+  // to make room, instead of unmapping them.
+  MappingCache(uint64_t max_idle_bytes, std::chrono::steady_clock::duration max_age,
+               std::function<void(Block)> spill = nullptr);
+  ~MappingCache();  // unmaps every idle block (spills none)
   MappingCache(const MappingCache&) = delete;
   MappingCache& operator=(const MappingCache&) = delete;
 
   // Takes out the smallest idle block whose length lies in
   // [size, max_length]; a Block with base nullptr when there is none.
   Block Take(uint64_t size, uint64_t max_length);
-  // Keeps `b` for reuse, unmapping the oldest blocks to make room (or `b`
+  // Keeps `b` for reuse, dropping the oldest blocks to make room (or `b`
   // itself when it alone is above the bound).
   void Put(Block b);
-  // Unmaps the blocks idle for longer than max_age.
+  // Drops the blocks idle for longer than max_age.
   void Trim();
   uint64_t idle_bytes() const;
 
  private:
+  void Drop(const std::vector<Block>& blocks) const;
   struct Idle {
     Block block;
     std::chrono::steady_clock::time_point since;
   };
   const uint64_t max_idle_bytes_;
   const std::chrono::steady_clock::duration max_age_;
+  const std::function<void(Block)> spill_;
   mutable std::mutex mu_;
   std::vector<Idle> idle_;  // oldest first
   uint64_t idle_bytes_ = 0;

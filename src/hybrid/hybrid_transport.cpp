@@ -228,6 +228,7 @@ void HybridTransport::ReapLoop() {
     for (const auto& obj : expired) (void)connector_->Evict(obj->key);
     for (const auto& g : lapsed) DropIssued(g);
     if (pool_) pool_->Trim();  // idle download buffers past their 5 s
+    Buffer::TrimIdleCache();   // and the process's, past theirs
     lock.lock();
   }
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "xsilo/core/buffer.h"
@@ -34,8 +35,29 @@ TEST(Buffer, AllocationIsAlignedAndCounted) {
 // stayed mapped in an arena: after a multi-MB block was freed, glibc served
 // multi-MB blocks from its heaps and kept them (a FedAvg server's RSS grew
 // by 2 MB a round in bench/soak).
+// Sets the process's idle cache for one test and restores the default.
+class IdleCacheForTest {
+ public:
+  IdleCacheForTest(uint64_t bytes, std::chrono::milliseconds age) {
+    Buffer::ConfigureIdleCache(bytes, age);
+  }
+  ~IdleCacheForTest() {
+    Buffer::ConfigureIdleCache(Buffer::kDefaultIdleCacheBytes,
+                               std::chrono::seconds(Buffer::kDefaultIdleCacheSeconds));
+  }
+};
+
+// Whether [p, p + length) is still mapped in this process.
+bool Mapped(const void* p, uint64_t length) {
+  const auto pagesize = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t page = reinterpret_cast<uintptr_t>(p) / pagesize * pagesize;
+  std::vector<unsigned char> resident(length / pagesize + 2);
+  return mincore(reinterpret_cast<void*>(page), length, resident.data()) == 0;
+}
+
 TEST(Buffer, LargeBuffersAreUnmappedWhenReleased) {
   constexpr uint64_t kMiB = 1ull << 20;
+  IdleCacheForTest off(0, std::chrono::milliseconds(0));
   // Freeing a 7 MiB malloc block raised glibc's mmap threshold to 7 MiB.
   { auto warm = Buffer::Allocate(7 * kMiB); }
   for (uint64_t size : {1 * kMiB, 3 * kMiB + 5, 6 * kMiB, 16 * kMiB + 4096}) {
@@ -60,6 +82,87 @@ TEST(Buffer, LargeBuffersAreUnmappedWhenReleased) {
   auto zeroed = Buffer::AllocateZeroed(2 * kMiB);  // fresh mappings are zero-filled
   ASSERT_TRUE(zeroed.ok());
   for (uint64_t i = 0; i < zeroed->size(); i += 4096) ASSERT_EQ(zeroed->data()[i], 0);
+}
+
+// Large storage whose last view died is reused by a later allocation of
+// about its size, within the cache's bytes and age; the rest is unmapped.
+TEST(Buffer, TheIdleCacheReusesLargeStorageWithinItsBounds) {
+  constexpr uint64_t kMiB = 1ull << 20;
+  IdleCacheForTest cache(40 * kMiB, std::chrono::seconds(60));
+  const uint64_t live = Buffer::LiveAllocatedBytes();
+  const uint8_t* first = nullptr;
+  {
+    auto b = Buffer::Allocate(16 * kMiB);
+    ASSERT_TRUE(b.ok());
+    std::memset(b->mutable_data(), 1, b->size());
+    first = b->data();
+  }
+  EXPECT_EQ(Buffer::IdleCachedBytes(), 16 * kMiB);
+  EXPECT_EQ(Buffer::LiveAllocatedBytes(), live);  // idle is not live
+  EXPECT_TRUE(Mapped(first, 16 * kMiB));
+  {
+    auto smaller = Buffer::Allocate(10 * kMiB);  // 16 is more than 10 and a quarter
+    ASSERT_TRUE(smaller.ok());
+    EXPECT_NE(smaller->data(), first);
+    EXPECT_EQ(Buffer::IdleCachedBytes(), 16 * kMiB);
+    auto again = Buffer::Allocate(13 * kMiB);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->data(), first);
+    EXPECT_EQ(again->size(), 13 * kMiB);
+    EXPECT_EQ(again->data()[0], 1);  // reused as it was: Allocate does not clear
+    EXPECT_EQ(Buffer::LiveAllocatedBytes(), live + 16 * kMiB + 10 * kMiB);
+  }
+  // Both went idle (26 MiB); a reused block asked for zeroed is cleared.
+  EXPECT_EQ(Buffer::IdleCachedBytes(), 26 * kMiB);
+  {
+    auto zeroed = Buffer::AllocateZeroed(16 * kMiB);
+    ASSERT_TRUE(zeroed.ok());
+    EXPECT_EQ(zeroed->data(), first);
+    for (uint64_t i = 0; i < zeroed->size(); i += 512) ASSERT_EQ(zeroed->data()[i], 0) << i;
+  }
+  // Over the bytes: the oldest idle block goes first, and one above the
+  // bound by itself is never kept.
+  const uint8_t* big = nullptr;
+  {
+    auto b = Buffer::Allocate(48 * kMiB);
+    ASSERT_TRUE(b.ok());
+    big = b->data();
+  }
+  EXPECT_FALSE(Mapped(big, 48 * kMiB));
+  EXPECT_EQ(Buffer::IdleCachedBytes(), 26 * kMiB);
+  const uint8_t* twenty = nullptr;
+  {
+    auto b = Buffer::Allocate(20 * kMiB);
+    ASSERT_TRUE(b.ok());
+    twenty = b->data();
+  }
+  // 10 MiB went idle first, then 16: the 10 made room for the 20.
+  EXPECT_EQ(Buffer::IdleCachedBytes(), 36 * kMiB);
+  EXPECT_TRUE(Mapped(twenty, 20 * kMiB));
+  EXPECT_TRUE(Mapped(first, 16 * kMiB));
+  // From 1 MiB (a mapping of its own) storage is kept; below it, heap
+  // memory, it is not.
+  {
+    auto b = Buffer::Allocate(1 * kMiB);
+    auto heap = Buffer::Allocate(kMiB - 4096);
+    ASSERT_TRUE(b.ok() && heap.ok());
+  }
+  EXPECT_EQ(Buffer::IdleCachedBytes(), 37 * kMiB);
+}
+
+TEST(Buffer, TheIdleCacheUnmapsStoragePastItsAge) {
+  constexpr uint64_t kMiB = 1ull << 20;
+  IdleCacheForTest cache(40 * kMiB, std::chrono::milliseconds(0));
+  const uint8_t* p = nullptr;
+  {
+    auto b = Buffer::Allocate(8 * kMiB);
+    ASSERT_TRUE(b.ok());
+    p = b->data();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  Buffer::TrimIdleCache();
+  EXPECT_EQ(Buffer::IdleCachedBytes(), 0u);
+  EXPECT_FALSE(Mapped(p, 8 * kMiB));
 }
 
 TEST(Buffer, ImpossibleAllocationIsAnError) {
@@ -173,6 +276,36 @@ TEST(BufferPool, ReusesRecycledStorageOnly) {
   EXPECT_EQ(pool.idle_bytes(), 8 * kMiB);
   pool.Trim();  // age 0: everything idle goes
   EXPECT_EQ(pool.idle_bytes(), 0u);
+}
+
+// What a pool gives up (past its age, or never marked for it) goes on to
+// the process's idle cache, where a plain Allocate finds it.
+TEST(BufferPool, WhatItDropsGoesToTheProcesssIdleCache) {
+  constexpr uint64_t kMiB = 1ull << 20;
+  IdleCacheForTest cache(64 * kMiB, std::chrono::seconds(60));
+  BufferPool pool(40 * kMiB, std::chrono::milliseconds(0));
+  const uint8_t* recycled = nullptr;
+  const uint8_t* unmarked = nullptr;
+  {
+    auto a = pool.Allocate(16 * kMiB);
+    auto b = pool.Allocate(12 * kMiB);
+    ASSERT_TRUE(a.ok() && b.ok());
+    recycled = a->data();
+    unmarked = b->data();
+    BufferPool::Recycle(*a);
+  }
+  EXPECT_EQ(pool.idle_bytes(), 16 * kMiB);
+  EXPECT_EQ(Buffer::IdleCachedBytes(), 12 * kMiB);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  pool.Trim();
+  EXPECT_EQ(pool.idle_bytes(), 0u);
+  EXPECT_EQ(Buffer::IdleCachedBytes(), 28 * kMiB);
+  auto x = Buffer::Allocate(16 * kMiB);
+  auto y = Buffer::Allocate(12 * kMiB);
+  ASSERT_TRUE(x.ok() && y.ok());
+  EXPECT_EQ(x->data(), recycled);
+  EXPECT_EQ(y->data(), unmarked);
+  EXPECT_EQ(Buffer::IdleCachedBytes(), 0u);
 }
 
 TEST(BufferPool, BuffersMayOutliveThePool) {

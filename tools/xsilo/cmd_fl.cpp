@@ -22,6 +22,7 @@
 
 #include "commands.h"
 #include "fl_job_metrics.h"
+#include "xsilo/core/buffer.h"
 #include "xsilo/core/tiers.h"
 #include "xsilo/fl/config.h"
 #include "xsilo/fl/fedavg.h"
@@ -517,6 +518,27 @@ int RunClient(const FlFileArgs& a) {
   return 0;
 }
 
+// --buffer-cache-bytes, on every fl command: the process's idle cache of
+// large Buffers (Buffer::ConfigureIdleCache), off in the library by
+// default and on here, where every round frees and allocates the same
+// sizes. Without the option XSILO_BUFFER_CACHE_BYTES, when set, decides.
+struct BufferCacheArg {
+  uint64_t bytes = 1ull << 30;
+  CLI::Option* option = nullptr;
+};
+
+void AddBufferCacheOption(CLI::App* cmd, BufferCacheArg* a) {
+  a->option = cmd->add_option("--buffer-cache-bytes", a->bytes,
+                              "idle large buffers kept for reuse for up to 60 s, in bytes "
+                              "(0: none; docs/fl.md)")
+                  ->capture_default_str();
+}
+
+void ApplyBufferCache(const BufferCacheArg& a) {
+  if (a.option->count() == 0 && std::getenv("XSILO_BUFFER_CACHE_BYTES") != nullptr) return;
+  Buffer::ConfigureIdleCache(a.bytes, std::chrono::seconds(Buffer::kDefaultIdleCacheSeconds));
+}
+
 }  // namespace
 
 void AddFlCommand(CLI::App& app) {
@@ -573,7 +595,10 @@ void AddFlCommand(CLI::App& app) {
   r->add_option("--store-secret-key", run.store_secret_key,
                 "secret key for --store-url (default: AWS_SECRET_ACCESS_KEY, then "
                 "~/.aws/credentials)");
+  static BufferCacheArg run_cache;
+  AddBufferCacheOption(r, &run_cache);
   r->callback([] {
+    ApplyBufferCache(run_cache);
     // Epochs alone replace the default steps.
     if (run.local_epochs > 0 && steps->count() == 0) run.local_steps = 0;
     int rc = RunInProcess(run);
@@ -587,7 +612,10 @@ void AddFlCommand(CLI::App& app) {
                 "write the rounds and the per-state table as JSON here");
   s->add_flag("--quiet", server.quiet, "no progress line on stderr");
   AddMetricsOptions(s, server.metrics);
+  static BufferCacheArg server_cache;
+  AddBufferCacheOption(s, &server_cache);
   s->callback([] {
+    ApplyBufferCache(server_cache);
     int rc = RunServer(server);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
@@ -598,7 +626,10 @@ void AddFlCommand(CLI::App& app) {
   c->add_option("--rank", client.rank, "this client's rank (1..world_size-1); overrides the file");
   c->add_option("--json", client.json_path, "write this client's per-state times as JSON here");
   c->add_flag("--quiet", client.quiet, "no progress line on stderr");
+  static BufferCacheArg client_cache;
+  AddBufferCacheOption(c, &client_cache);
   c->callback([] {
+    ApplyBufferCache(client_cache);
     int rc = RunClient(client);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });

@@ -77,10 +77,38 @@ class Buffer {
   static uint64_t PeakAllocatedBytes();
   static void ResetPeakAllocatedBytes();
 
+  // The process's idle cache of large storage. Storage of 1 MiB and more
+  // (an anonymous mapping of its own) whose last view died is kept, up to
+  // max_idle_bytes in all and for at most max_age, and a later Allocate of
+  // at most its size and at least four fifths of it reuses it
+  // (uninitialized; AllocateZeroed clears it).
+  // Memory given back to the kernel costs a page fault and the kernel's
+  // zeroing per page when touched again, and on a VM whose balloon takes
+  // back free pages (free page reporting) a fault in the host as well:
+  // 265 MB touched again after 3 s idle took 190-470 ms there, against
+  // 18 ms when reused at once (docs/benchmarks.md, "Warm memory"). FedAvg frees and
+  // allocates the same sizes every round. Blocks past their age go at the
+  // next Allocate, release or TrimIdleCache. Idle bytes are not counted by
+  // LiveAllocatedBytes, but they are in the process's RSS.
+  // Off unless configured: kDefaultIdleCacheBytes is 0, so a library user
+  // sees no memory held that it did not ask for; `xsilo fl` turns it on (1
+  // GiB, --buffer-cache-bytes). The environment's XSILO_BUFFER_CACHE_BYTES
+  // and XSILO_BUFFER_CACHE_SECONDS (whole numbers) replace the defaults
+  // (0 bytes: off). Thread-safe.
+  static constexpr uint64_t kDefaultIdleCacheBytes = 0;
+  static constexpr uint64_t kDefaultIdleCacheSeconds = 60;
+  // Replaces the cache's bounds (unmapping what it held).
+  static void ConfigureIdleCache(uint64_t max_idle_bytes, std::chrono::milliseconds max_age);
+  // Unmaps idle storage past its age.
+  static void TrimIdleCache();
+  static uint64_t IdleCachedBytes();
+
   struct Storage;  // opaque; defined in buffer.cpp
 
  private:
   friend class BufferPool;
+  // Allocate; *reused: the storage held earlier bytes.
+  static Result<Buffer> AllocateStorage(uint64_t size, bool* reused);
   Buffer(std::shared_ptr<Storage> storage, uint8_t* data, uint64_t size)
       : storage_(std::move(storage)), data_(data), size_(size) {}
 
@@ -98,9 +126,12 @@ class Buffer {
 //
 // Only sizes of at least 8 MiB are pooled (smaller ones come from
 // Buffer::Allocate), and only storage marked with Recycle goes back to the
-// pool when its last view dies; everything else is unmapped as usual. Idle
-// storage is bounded in bytes and in age (Trim), and is not counted by
-// Buffer::LiveAllocatedBytes. Thread-safe; Buffers may outlive the pool.
+// pool when its last view dies; everything else goes where Buffer storage
+// goes (the process's idle cache, Buffer::ConfigureIdleCache), as does
+// what the pool drops. Idle storage is bounded in bytes and in age (Trim),
+// and is not counted by Buffer::LiveAllocatedBytes. A request the pool
+// cannot meet tries the process's idle cache. Thread-safe; Buffers may
+// outlive the pool.
 class BufferPool {
  public:
   BufferPool(uint64_t max_idle_bytes, std::chrono::milliseconds max_idle_age);

@@ -258,6 +258,7 @@ void GrpcTransport::JanitorLoop() {
       if (l) l->ExpireQueued(options_.connect_timeout);
     }
     if (pool_) pool_->Trim();
+    Buffer::TrimIdleCache();
     lock.lock();
   }
 }
