@@ -85,10 +85,11 @@ class Buffer {
   // Memory given back to the kernel costs a page fault and the kernel's
   // zeroing per page when touched again, and on a VM whose balloon takes
   // back free pages (free page reporting) a fault in the host as well:
-  // 265 MB touched again after 3 s idle took 190-470 ms there, against
-  // 18 ms when reused at once (docs/benchmarks.md, "Warm memory"). FedAvg frees and
-  // allocates the same sizes every round. Blocks past their age go at the
-  // next Allocate, release or TrimIdleCache. Idle bytes are not counted by
+  // 265 MB touched again 3 s after the same amount was unmapped took
+  // 154-471 ms there, against 18-38 ms back to back (docs/fl.md, "The
+  // idle buffer cache"). FedAvg frees and allocates the same sizes every
+  // round. Blocks past their age go at the next Allocate, release or
+  // TrimIdleCache. Idle bytes are not counted by
   // LiveAllocatedBytes, but they are in the process's RSS.
   // Off unless configured: kDefaultIdleCacheBytes is 0, so a library user
   // sees no memory held that it did not ask for; `xsilo fl` turns it on (1
