@@ -522,6 +522,7 @@ int RunClient(const FlFileArgs& a) {
 // large Buffers (Buffer::ConfigureIdleCache), off in the library by
 // default and on here, where every round frees and allocates the same
 // sizes. Without the option XSILO_BUFFER_CACHE_BYTES, when set, decides.
+// XSILO_BUFFER_CACHE_SECONDS sets the age either way.
 struct BufferCacheArg {
   uint64_t bytes = 1ull << 30;
   CLI::Option* option = nullptr;
@@ -536,7 +537,14 @@ void AddBufferCacheOption(CLI::App* cmd, BufferCacheArg* a) {
 
 void ApplyBufferCache(const BufferCacheArg& a) {
   if (a.option->count() == 0 && std::getenv("XSILO_BUFFER_CACHE_BYTES") != nullptr) return;
-  Buffer::ConfigureIdleCache(a.bytes, std::chrono::seconds(Buffer::kDefaultIdleCacheSeconds));
+  // The age as the library reads it: XSILO_BUFFER_CACHE_SECONDS, else 60.
+  uint64_t seconds = Buffer::kDefaultIdleCacheSeconds;
+  if (const char* v = std::getenv("XSILO_BUFFER_CACHE_SECONDS"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(v, &end, 10);
+    if (*end == '\0') seconds = n;
+  }
+  Buffer::ConfigureIdleCache(a.bytes, std::chrono::seconds(seconds));
 }
 
 }  // namespace
