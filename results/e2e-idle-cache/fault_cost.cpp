@@ -14,8 +14,8 @@ int main(int argc, char** argv) {
   const int sleep_ms = argc > 1 ? std::atoi(argv[1]) : 0;
   for (int i = 0; i < 4; i++) {
     const auto t0 = std::chrono::steady_clock::now();
-    void* raw = mmap(nullptr, n + (2 << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                     -1, 0);
+    void* raw =
+        mmap(nullptr, n + (2 << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) return 1;
     char* p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw) + (2 << 20) - 1) &
                                       ~static_cast<uintptr_t>((2 << 20) - 1));

@@ -38,7 +38,6 @@ constexpr uint64_t kHugePageThreshold = 8ull << 20;
 struct IdleCache {
   std::mutex mu;  // guards cache (replaced by ConfigureIdleCache)
   std::unique_ptr<MappingCache> cache;
-  uint64_t max_bytes = 0;
   std::chrono::milliseconds max_age{0};
 };
 
@@ -61,10 +60,10 @@ IdleCache& TheIdleCache() {
     g_idle_cache = ic;
     pthread_atfork([] { g_idle_cache->mu.lock(); }, [] { g_idle_cache->mu.unlock(); },
                    [] { g_idle_cache->mu.unlock(); });
-    ic->max_bytes = EnvOr("XSILO_BUFFER_CACHE_BYTES", Buffer::kDefaultIdleCacheBytes);
+    const uint64_t bytes = EnvOr("XSILO_BUFFER_CACHE_BYTES", Buffer::kDefaultIdleCacheBytes);
     ic->max_age = std::chrono::milliseconds(
         1000 * EnvOr("XSILO_BUFFER_CACHE_SECONDS", Buffer::kDefaultIdleCacheSeconds));
-    if (ic->max_bytes > 0) ic->cache = std::make_unique<MappingCache>(ic->max_bytes, ic->max_age);
+    if (bytes > 0) ic->cache = std::make_unique<MappingCache>(bytes, ic->max_age);
     return ic;
   }();
   return *c;
@@ -220,10 +219,15 @@ void Buffer::ConfigureIdleCache(uint64_t max_idle_bytes, std::chrono::millisecon
   {
     std::lock_guard<std::mutex> lock(ic.mu);
     old = std::move(ic.cache);  // unmapped below, outside the lock
-    ic.max_bytes = max_idle_bytes;
     ic.max_age = max_age;
     if (max_idle_bytes > 0) ic.cache = std::make_unique<MappingCache>(max_idle_bytes, max_age);
   }
+}
+
+std::chrono::milliseconds Buffer::IdleCacheMaxAge() {
+  IdleCache& ic = TheIdleCache();
+  std::lock_guard<std::mutex> lock(ic.mu);
+  return ic.max_age;
 }
 
 void Buffer::TrimIdleCache() {

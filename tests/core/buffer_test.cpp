@@ -153,6 +153,7 @@ TEST(Buffer, TheIdleCacheReusesLargeStorageWithinItsBounds) {
 TEST(Buffer, TheIdleCacheUnmapsStoragePastItsAge) {
   constexpr uint64_t kMiB = 1ull << 20;
   IdleCacheForTest cache(40 * kMiB, std::chrono::milliseconds(0));
+  EXPECT_EQ(Buffer::IdleCacheMaxAge(), std::chrono::milliseconds(0));
   const uint8_t* p = nullptr;
   {
     auto b = Buffer::Allocate(8 * kMiB);

@@ -537,14 +537,7 @@ void AddBufferCacheOption(CLI::App* cmd, BufferCacheArg* a) {
 
 void ApplyBufferCache(const BufferCacheArg& a) {
   if (a.option->count() == 0 && std::getenv("XSILO_BUFFER_CACHE_BYTES") != nullptr) return;
-  // The age as the library reads it: XSILO_BUFFER_CACHE_SECONDS, else 60.
-  uint64_t seconds = Buffer::kDefaultIdleCacheSeconds;
-  if (const char* v = std::getenv("XSILO_BUFFER_CACHE_SECONDS"); v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    const unsigned long long n = std::strtoull(v, &end, 10);
-    if (*end == '\0') seconds = n;
-  }
-  Buffer::ConfigureIdleCache(a.bytes, std::chrono::seconds(seconds));
+  Buffer::ConfigureIdleCache(a.bytes, Buffer::IdleCacheMaxAge());
 }
 
 }  // namespace

@@ -100,6 +100,9 @@ class Buffer {
   static constexpr uint64_t kDefaultIdleCacheSeconds = 60;
   // Replaces the cache's bounds (unmapping what it held).
   static void ConfigureIdleCache(uint64_t max_idle_bytes, std::chrono::milliseconds max_age);
+  // The age the cache keeps storage for now (the environment's or the
+  // default until ConfigureIdleCache), so a caller can set the bytes alone.
+  static std::chrono::milliseconds IdleCacheMaxAge();
   // Unmaps idle storage past its age.
   static void TrimIdleCache();
   static uint64_t IdleCachedBytes();
