@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 
+#include "fl/mlp_gemm.h"
 #include "xsilo/core/tiers.h"
 #include "xsilo/fl/aggregator.h"
 
@@ -144,10 +145,12 @@ namespace {
 
 class MlpTrainer final : public Trainer {
  public:
-  MlpTrainer(MlpOptions options, SyntheticShard shard, TensorMap params)
+  MlpTrainer(MlpOptions options, SyntheticShard shard, TensorMap params,
+             const gemm::Kernels& kernels)
       : o_(std::move(options)),
         shard_(std::move(shard)),
         params_(std::move(params)),
+        kernels_(&kernels),
         rng_(o_.seed * 0xd1342543de82ef95ull + 17) {
     std::vector<int64_t> widths(o_.shape.hidden.begin(), o_.shape.hidden.end());
     widths.push_back(o_.shape.classes);
@@ -266,7 +269,10 @@ class MlpTrainer final : public Trainer {
     acts_[0] = x;
     for (size_t l = 0; l < layers_.size(); ++l) {
       Eigen::MatrixXf& z = acts_[l + 1];
-      z.noalias() = W(layers_[l]) * acts_[l];
+      const Layer& L = layers_[l];
+      z.resize(L.out, acts_[l].cols());
+      kernels_->w_times_a(F32(params_.find(L.weight)->second), L.out, L.in, acts_[l].data(),
+                          acts_[l].cols(), z.data());
       z.colwise() += B(layers_[l]);
       if (l + 1 < layers_.size()) z = z.cwiseMax(0.0f);
     }
@@ -299,11 +305,15 @@ class MlpTrainer final : public Trainer {
   void BackwardAndStep() {
     double sq = 0;
     for (size_t l = layers_.size(); l-- > 0;) {
-      grad_w_[l].noalias() = dz_ * acts_[l].transpose();
+      const Layer& L = layers_[l];
+      const Eigen::Index n = dz_.cols();
+      kernels_->d_times_at(dz_.data(), L.out, acts_[l].data(), L.in, n, grad_w_[l].data());
       grad_b_[l] = dz_.rowwise().sum();
       sq += grad_w_[l].squaredNorm() + grad_b_[l].squaredNorm();
       if (l > 0) {
-        Eigen::MatrixXf da = W(layers_[l]).transpose() * dz_;
+        Eigen::MatrixXf da(L.in, n);
+        kernels_->wt_times_d(F32(params_.find(L.weight)->second), L.out, L.in, dz_.data(), n,
+                             da.data());
         dz_ = da.cwiseProduct((acts_[l].array() > 0.0f).cast<float>().matrix());
       }
     }
@@ -319,6 +329,7 @@ class MlpTrainer final : public Trainer {
   MlpOptions o_;
   SyntheticShard shard_;
   TensorMap params_;
+  const gemm::Kernels* kernels_;  // the products, built for this CPU
   std::vector<Layer> layers_;
   std::vector<RowMat> grad_w_;
   std::vector<Eigen::VectorXf> grad_b_;
@@ -340,9 +351,10 @@ Result<std::unique_ptr<Trainer>> MakeMlpTrainer(const MlpOptions& options, Synth
   }
   if (options.batch_size == 0) return InvalidArgument("batch_size must be > 0");
   if (!(options.learning_rate > 0)) return InvalidArgument("learning_rate must be > 0");
+  XSILO_ASSIGN_OR_RETURN(gemm::Isa isa, gemm::ChooseIsa());
   XSILO_ASSIGN_OR_RETURN(TensorMap params, MlpInitialParameters(options.shape, options.seed));
-  return std::unique_ptr<Trainer>(
-      std::make_unique<MlpTrainer>(options, std::move(shard), std::move(params)));
+  return std::unique_ptr<Trainer>(std::make_unique<MlpTrainer>(
+      options, std::move(shard), std::move(params), gemm::KernelsFor(isa)));
 }
 
 }  // namespace xsilo::fl

@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <random>
+#include <vector>
 
+#include "fl/mlp_gemm.h"
 #include "xsilo/core/tiers.h"
 
 namespace xsilo::fl {
@@ -172,6 +176,126 @@ TEST(MlpTrainer, RejectsAShardOfTheWrongShape) {
   so.dimension = 30;
   EXPECT_EQ(MakeMlpTrainer(SmallOptions(), *GenerateSyntheticShard(so, 0)).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// Every build of the products this CPU can run computes what a plain loop
+// does, on shapes no vector width divides (and a one-sample batch).
+TEST(MlpGemm, EveryInstructionSetComputesThePlainProducts) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto random = [&](size_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = u(rng);
+    return v;
+  };
+  struct Shape {
+    int64_t out, in, n;
+  };
+  int checked = 0;
+  for (Shape s : {Shape{37, 53, 5}, Shape{70, 129, 33}, Shape{10, 300, 1}}) {
+    const auto w = random(s.out * s.in);  // row-major out x in
+    const auto a = random(s.in * s.n);    // column-major in x n
+    const auto d = random(s.out * s.n);   // column-major out x n
+    std::vector<double> z(s.out * s.n, 0), g(s.out * s.in, 0), y(s.in * s.n, 0);
+    for (int64_t o = 0; o < s.out; ++o) {
+      for (int64_t i = 0; i < s.in; ++i) {
+        for (int64_t b = 0; b < s.n; ++b) {
+          z[o + b * s.out] += double(w[o * s.in + i]) * a[i + b * s.in];
+          g[o * s.in + i] += double(d[o + b * s.out]) * a[i + b * s.in];
+          y[i + b * s.in] += double(w[o * s.in + i]) * d[o + b * s.out];
+        }
+      }
+    }
+    auto near = [](const std::vector<float>& got, const std::vector<double>& want) {
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (std::fabs(got[i] - want[i]) > 1e-4 * (1 + std::fabs(want[i]))) return false;
+      }
+      return true;
+    };
+    for (auto isa : {gemm::Isa::kGeneric, gemm::Isa::kAvx2, gemm::Isa::kAvx512}) {
+      if (!gemm::IsaSupported(isa)) continue;
+      SCOPED_TRACE(std::string(gemm::IsaName(isa)) + " " + std::to_string(s.out) + "x" +
+                   std::to_string(s.in) + "x" + std::to_string(s.n));
+      const gemm::Kernels& k = gemm::KernelsFor(isa);
+      std::vector<float> zf(z.size(), NAN), gf(g.size(), NAN), yf(y.size(), NAN);
+      k.w_times_a(w.data(), s.out, s.in, a.data(), s.n, zf.data());
+      k.d_times_at(d.data(), s.out, a.data(), s.in, s.n, gf.data());
+      k.wt_times_d(w.data(), s.out, s.in, d.data(), s.n, yf.data());
+      EXPECT_TRUE(near(zf, z));
+      EXPECT_TRUE(near(gf, g));
+      EXPECT_TRUE(near(yf, y));
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 3);
+}
+
+TEST(MlpGemm, XsiloMlpIsaPicksOrRefusesAnInstructionSet) {
+  const char* old = std::getenv("XSILO_MLP_ISA");
+  const std::string saved = old ? old : "";
+  ::setenv("XSILO_MLP_ISA", "generic", 1);
+  auto isa = gemm::ChooseIsa();
+  ASSERT_TRUE(isa.ok()) << isa.status().ToString();
+  EXPECT_EQ(*isa, gemm::Isa::kGeneric);
+  ::setenv("XSILO_MLP_ISA", "sse9", 1);
+  EXPECT_EQ(gemm::ChooseIsa().status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeMlpTrainer(SmallOptions(), *GenerateSyntheticShard(SyntheticOptions{}, 0))
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  for (auto want : {gemm::Isa::kAvx2, gemm::Isa::kAvx512}) {
+    ::setenv("XSILO_MLP_ISA", std::string(gemm::IsaName(want)).c_str(), 1);
+    auto got = gemm::ChooseIsa();
+    if (gemm::IsaSupported(want)) {
+      ASSERT_TRUE(got.ok());
+      EXPECT_EQ(*got, want);
+    } else {
+      EXPECT_EQ(got.status().code(), StatusCode::kInvalidArgument);
+    }
+  }
+  ::unsetenv("XSILO_MLP_ISA");
+  auto best = gemm::ChooseIsa();
+  ASSERT_TRUE(best.ok());
+  EXPECT_TRUE(gemm::IsaSupported(*best));
+  for (auto isa : {gemm::Isa::kAvx2, gemm::Isa::kAvx512}) {
+    if (gemm::IsaSupported(isa)) {
+      EXPECT_GE(static_cast<int>(*best), static_cast<int>(isa));
+    }
+  }
+  if (old) ::setenv("XSILO_MLP_ISA", saved.c_str(), 1);
+}
+
+// Training under every instruction set ends at the same model, up to
+// rounding.
+TEST(MlpGemm, TrainingAgreesAcrossInstructionSets) {
+  const char* old = std::getenv("XSILO_MLP_ISA");
+  const std::string saved = old ? old : "";
+  SyntheticOptions so;
+  std::vector<std::pair<std::string, TensorMap>> models;
+  for (auto isa : {gemm::Isa::kGeneric, gemm::Isa::kAvx2, gemm::Isa::kAvx512}) {
+    if (!gemm::IsaSupported(isa)) continue;
+    ::setenv("XSILO_MLP_ISA", std::string(gemm::IsaName(isa)).c_str(), 1);
+    auto t = *MakeMlpTrainer(SmallOptions(), *GenerateSyntheticShard(so, 1));
+    ASSERT_TRUE(t->Train({0, 20}).ok());
+    models.emplace_back(gemm::IsaName(isa), *t->GetParameters());
+  }
+  if (old) {
+    ::setenv("XSILO_MLP_ISA", saved.c_str(), 1);
+  } else {
+    ::unsetenv("XSILO_MLP_ISA");
+  }
+  for (size_t m = 1; m < models.size(); ++m) {
+    SCOPED_TRACE(models[m].first);
+    for (const auto& [name, t] : models[0].second) {
+      const Tensor& other = models[m].second.at(name);
+      ASSERT_EQ(other.nbytes(), t.nbytes());
+      const float* x = reinterpret_cast<const float*>(t.data.data());
+      const float* y = reinterpret_cast<const float*>(other.data.data());
+      for (uint64_t i = 0; i < t.nbytes() / 4; ++i) {
+        ASSERT_NEAR(x[i], y[i], 1e-3 * (1 + std::fabs(x[i]))) << name << "[" << i << "]";
+      }
+    }
+  }
 }
 
 }  // namespace
