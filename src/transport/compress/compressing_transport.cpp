@@ -522,12 +522,13 @@ class CompressingTransport final : public ForwardingTransport {
   // decoded on one thread, ~10 ms for zstd) would only slow the send. On a
   // LAN that cost a 20 MB message 15-30 ms per send. Speeds older than
   // kSpeedMemo are sampled again.
+  // `speeds_of`: another recipe whose speeds bound r's (DeltaCannotPay).
   bool CannotPay(const TensorRecipe& r, uint64_t eligible, double bytes, double link_Bps,
-                 int threads, bool any_age = false) {
+                 int threads, bool any_age = false, const TensorRecipe* speeds_of = nullptr) {
     SpeedMemo memo;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = speeds_.find(RecipeName(r));
+      auto it = speeds_.find(RecipeName(speeds_of ? *speeds_of : r));
       if (it == speeds_.end()) return false;
       if (!any_age && Clock::now() - it->second.at > kSpeedMemo) return false;
       memo = it->second;
@@ -634,7 +635,17 @@ class CompressingTransport final : public ForwardingTransport {
   // `sample` a delta codec never sampled here is sampled against the
   // newest reference we own (the previous model: a FedAvg server sends
   // models, never deltas, so it has no other figure). False while the link
-  // or a delta codec's speed is unknown, and under compression.when=always.
+  // is unknown, and under compression.when=always.
+  //
+  // A delta codec not sampled yet (no reference to sample it against, or
+  // a receiver, which does not sample deltas) is bounded by the same codec on whole
+  // values, sampled on `m` itself when it was not: a delta encode reads
+  // the reference besides the values and a delta decode adds it back, so
+  // neither is faster (bench/compress_speed on a Big tensor, idle: lossless
+  // 178-463 ms to encode as a delta, 166-185 ms whole; int8+zstd 258-263
+  // against 186-213; decodes 63-112 against 53-57). Without that bound the
+  // first model of a job was always kept, by the server and by every
+  // client at once, which on lan cost each a 265 MB copy in round 1.
   bool DeltaCannotPay(const std::vector<int32_t>& peers, const Message& m, bool sample,
                       std::string* why) {
     if (policy_.always) return false;
@@ -648,10 +659,21 @@ class CompressingTransport final : public ForwardingTransport {
       if (eligible == 0) continue;
       if (sample && !HasSpeed(r)) {
         if (!base) base = NewestOwnedReference();
-        if (!base) return false;
-        if (!Remember(r, EstimateCodec(m.tensors, r, policy_.codec, base.get()))) return false;
+        if (base) (void)Remember(r, EstimateCodec(m.tensors, r, policy_.codec, base.get()));
       }
-      if (!CannotPay(r, eligible, static_cast<double>(bytes), link, threads, /*any_age=*/true)) {
+      const TensorRecipe* speeds_of = &r;
+      TensorRecipe whole = r;
+      if (!HasSpeed(r)) {
+        whole.delta = false;
+        whole.topk = 0;
+        if (!HasSpeed(whole) &&
+            !Remember(whole, EstimateCodec(m.tensors, whole, policy_.codec, nullptr))) {
+          return false;
+        }
+        speeds_of = &whole;
+      }
+      if (!CannotPay(r, eligible, static_cast<double>(bytes), link, threads, /*any_age=*/true,
+                     speeds_of)) {
         return false;
       }
     }
