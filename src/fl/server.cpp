@@ -164,8 +164,11 @@ Result<JobReport> FedAvgServer::Run(TensorMap global) {
     model.params[protocol::kSession] = session;
     model.tensors = global;  // shares the Buffers
     // Under compression (transport/compression.h) the clients' updates of
-    // this round travel as deltas from this model, which both sides hold.
+    // this round travel as deltas from this model, which both sides hold,
+    // and the model itself may travel as a delta from the last round's, to
+    // the clients that said they hold that one.
     model.params[kDeltaRefParam] = rep.round;
+    if (r > first_round) model.params[kDeltaBaseParam] = rep.round - 1;
     rep.bytes_sent = model_bytes * rep.selected;
 
     const auto round_start = Clock::now();

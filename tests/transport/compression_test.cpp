@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <future>
+#include <optional>
 #include <random>
 
 #include "transport/conformance.h"
@@ -336,6 +337,107 @@ TEST(CompressingTransport, UpdatesTravelAsDeltasAgainstTheBroadcastModel) {
       EXPECT_LT(max_error[1] * 10, max_error[2]) << max_error[1] << " vs " << max_error[2];
     }
   }
+}
+
+// A FedAvg server's next model names the last one as its base: it goes
+// as a delta from what the clients hold of the last one (for a lossy
+// cast, the cast), once every receiver said it holds it by sending an
+// update against it; to a peer that did not, it goes whole.
+TEST(CompressingTransport, ANextModelGoesAsADeltaToPeersThatSaidTheyHoldTheLastOne) {
+  auto world = World(3, "compression-model-delta",
+                     {{"compression", "int8"}, {"compression.when", "always"}});
+  ASSERT_EQ(world.size(), 3u);
+  const size_t n = 1 << 18;
+  std::vector<float> global = Weights(n, 21);
+  // A round's change is heavy-tailed, as SGD's: a few weights move, most
+  // barely.
+  auto step = Weights(n, 22);
+  for (size_t i = 0; i < n; ++i) step[i] *= i % 64 == 0 ? 1.0f : 0.01f;
+  std::vector<float> held[3];  // what ranks 1 and 2 hold of the last model
+  auto broadcast = [&](int64_t key, std::optional<int64_t> base) {
+    Message m;
+    m.params[kDeltaRefParam] = key;
+    if (base) m.params[kDeltaBaseParam] = *base;
+    m.tensors["w"] = F32(global);
+    EXPECT_TRUE(world[0]->Broadcast({1, 2}, m, 30s).ok());
+    for (int c : {1, 2}) {
+      auto got = world[c]->Receive(30s);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      held[c] = Floats(got->tensors.at("w"));
+    }
+    EXPECT_EQ(held[1], held[2]);
+  };
+  // Rank c trains from what it holds and sends its update against `key`.
+  auto update = [&](int c, int64_t key) {
+    std::vector<float> u = held[c];
+    for (size_t i = 0; i < n; ++i) u[i] += step[i] * 0.01f;
+    auto got = SendUpdate(world, c, 0, key, u);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(got->params.count("xsilo.delta_held"), 0u) << "the decorator's own param";
+  };
+  // The largest error of what the clients hold against `global`, and
+  // whether each value is within int8's bound on its block of `sent` (the
+  // values the sender quantized).
+  auto check = [&](const std::vector<float>& sent) {
+    double worst = 0;
+    const size_t block = 256;
+    for (size_t b = 0; b < n; b += block) {
+      float absmax = 0;
+      for (size_t i = b; i < b + block; ++i) absmax = std::max(absmax, std::fabs(sent[i]));
+      for (size_t i = b; i < b + block; ++i) {
+        const double e = std::fabs(double(held[1][i]) - double(global[i]));
+        const double bound =
+            QuantErrorBound(Quant::kInt8, sent[i], absmax) + std::fabs(double(global[i])) * 0x1p-22;
+        EXPECT_LE(e, bound) << i;
+        if (e > bound) return worst;
+        worst = std::max(worst, e);
+      }
+    }
+    return worst;
+  };
+  auto encoded = [&] { return CompressionSummaryOf(*world[0])->encoded_bytes; };
+
+  broadcast(1, std::nullopt);
+  const double whole_error = check(global);
+  const uint64_t whole_bytes = encoded();
+  std::string why = CompressionSummaryOf(*world[0])->last_choice;
+  EXPECT_EQ(why.find("delta"), std::string::npos) << why;
+  for (int c : {1, 2}) update(c, 1);
+
+  // Model 2 against model 1: both said they hold it.
+  std::vector<float> before = held[1];
+  for (size_t i = 0; i < n; ++i) global[i] += step[i] * 0.01f;
+  std::vector<float> delta(n);
+  for (size_t i = 0; i < n; ++i) delta[i] = global[i] - before[i];
+  broadcast(2, 1);
+  why = CompressionSummaryOf(*world[0])->last_choice;
+  EXPECT_NE(why.find("delta"), std::string::npos) << why;
+  const double delta_error = check(delta);
+  EXPECT_LT(delta_error * 10, whole_error) << delta_error << " vs " << whole_error;
+
+  // Model 3 against model 2, which the sender must hold as the clients
+  // decoded it: else their values would stray past the bound.
+  // The delta from model 1 carried model 1's cast error, as large as the
+  // cast's steps; from model 2 on it is the change alone, and fewer bytes.
+  for (int c : {1, 2}) update(c, 2);
+  before = held[1];
+  for (size_t i = 0; i < n; ++i) global[i] -= step[i] * 0.02f;
+  for (size_t i = 0; i < n; ++i) delta[i] = global[i] - before[i];
+  const uint64_t before_bytes = encoded();
+  broadcast(3, 2);
+  why = CompressionSummaryOf(*world[0])->last_choice;
+  EXPECT_NE(why.find("delta"), std::string::npos) << why;
+  check(delta);
+  EXPECT_LT((encoded() - before_bytes) * 2, whole_bytes)
+      << encoded() - before_bytes << " vs " << whole_bytes;
+
+  // Rank 2 sends nothing against model 3: model 4 goes whole.
+  update(1, 3);
+  for (size_t i = 0; i < n; ++i) global[i] += step[i] * 0.01f;
+  broadcast(4, 3);
+  why = CompressionSummaryOf(*world[0])->last_choice;
+  EXPECT_EQ(why.find("delta"), std::string::npos) << why;
+  check(global);
 }
 
 // The reference a send establishes is copied after the message went to

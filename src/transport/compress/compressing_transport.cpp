@@ -104,6 +104,11 @@ constexpr double kLongRttS = 0.020;
 constexpr uint64_t kMinMeasuredBytes = 256 << 10;
 // References (kDeltaRefParam) kept: the newest ones.
 constexpr size_t kReferencesKept = 2;
+// Param (int) the decorator adds to a message whose delta base it holds
+// (its own copy of that reference), and the receiving decorator takes off
+// before delivery: the receiver learns that the sender holds it. A model
+// goes as a delta only to peers that said so (Prepare).
+constexpr const char* kHeldRefParam = "xsilo.delta_held";
 
 class CompressingTransport final : public ForwardingTransport {
  public:
@@ -210,8 +215,20 @@ class CompressingTransport final : public ForwardingTransport {
     // Left on the message: the receiver corrects the update by it (OnDelivery).
     if (auto v = m->GetInt(kDeltaBaseParam); v.ok()) base = *v;
     if (auto v = m->GetInt(kDeltaRefParam); v.ok()) p.reference_key = *v;
+    // A message that is to be a reference itself is a model: with a base
+    // it is the next model after that one (a FedAvg server's), whose
+    // values may be cast as a whole. Without one, a message with a base is
+    // an update (Choose).
+    const bool model = p.reference_key.has_value();
+    const bool update = base.has_value() && !model;
     std::shared_ptr<const TensorMap> reference;
-    if (base) reference = ReferenceHeldBy(*base, peers);
+    if (base) {
+      // A model is the next reference: sent as a delta, every receiver
+      // must decode it, so every one must have said it holds the base (a
+      // restarted process, or one that kept no copy, does not).
+      reference = model ? ReferenceConfirmedBy(*base, peers) : ReferenceHeldBy(*base, peers);
+      if (!model && Holds(*base)) m->params[kHeldRefParam] = *base;
+    }
 
     const CompressOptions& o = policy_.codec;
     const uint64_t bytes = m->payload_bytes();
@@ -220,14 +237,14 @@ class CompressingTransport final : public ForwardingTransport {
       choice.reason = "nothing to compress";
     } else if (policy_.always) {
       choice.compress = true;
-      choice.recipe = Strongest(reference != nullptr);
-      if (base && !reference) choice.recipe.quant = Quant::kNone;  // see Choose
+      choice.recipe = Strongest(reference != nullptr, update);
+      if (update && !reference) choice.recipe.quant = Quant::kNone;  // see Choose
       choice.reason = RecipeName(choice.recipe) + " (compression.when=always)";
     } else if (bytes < policy_.min_message_bytes) {
       choice.reason =
           "none: " + std::to_string(bytes) + " B is under compression.min_message_bytes";
     } else {
-      choice = Choose(peers, *m, reference.get(), base.has_value());
+      choice = Choose(peers, *m, reference.get(), update);
     }
 
     // A model no update could come back against for less than whole is
@@ -324,13 +341,14 @@ class CompressingTransport final : public ForwardingTransport {
     };
   }
 
-  // The strongest recipe allowed (compression.when=always).
-  TensorRecipe Strongest(bool delta) const {
+  // The strongest recipe allowed (compression.when=always); top-k only
+  // for an update.
+  TensorRecipe Strongest(bool delta, bool update) const {
     TensorRecipe r;
     r.quant = policy_.allowed;
     r.zstd = true;
     r.delta = delta;
-    if (delta) r.topk = policy_.topk;
+    if (delta && update) r.topk = policy_.topk;
     return r;
   }
 
@@ -415,8 +433,10 @@ class CompressingTransport final : public ForwardingTransport {
         recipes.push_back({policy_.allowed, false, delta});
         recipes.push_back({policy_.allowed, true, delta});
       }
-      // Top-k goes on deltas only (it drops changes, not values).
-      if (delta && policy_.topk > 0) {
+      // Top-k goes on the deltas of updates only (it drops changes, not
+      // values; a model's receivers would hold what it kept, which the
+      // sender does not track).
+      if (delta && update && policy_.topk > 0) {
         recipes.push_back({Quant::kNone, true, true, policy_.topk});
         if (policy_.allowed != Quant::kNone)
           recipes.push_back({policy_.allowed, true, true, policy_.topk});
@@ -552,6 +572,26 @@ class CompressingTransport final : public ForwardingTransport {
     return 0;
   }
 
+  // The reference of `key` when every one of `peers` said it holds it
+  // (kHeldRefParam).
+  std::shared_ptr<const TensorMap> ReferenceConfirmedBy(int64_t key,
+                                                        const std::vector<int32_t>& peers) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = references_.find(key);
+    if (it == references_.end()) return nullptr;
+    for (int32_t p : peers) {
+      if (!it->second.confirmed.count(p)) return nullptr;
+    }
+    return it->second.tensors;
+  }
+
+  // Whether we keep the reference of `key`.
+  bool Holds(int64_t key) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = references_.find(key);
+    return it != references_.end() && it->second.tensors != nullptr;
+  }
+
   // The reference of `key` when every one of `peers` holds it too.
   std::shared_ptr<const TensorMap> ReferenceHeldBy(int64_t key, const std::vector<int32_t>& peers) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -570,6 +610,7 @@ class CompressingTransport final : public ForwardingTransport {
     if (r.tensors != tensors) {
       r.tensors = std::move(tensors);
       r.holders.clear();
+      r.confirmed.clear();
       r.original.reset();
       r.borrowed = false;
     }
@@ -596,6 +637,13 @@ class CompressingTransport final : public ForwardingTransport {
   }
 
   Status OnDelivery(Message m, const std::function<bool()>& abandon) override {
+    if (auto held = m.GetInt(kHeldRefParam); held.ok()) {
+      m.params.erase(kHeldRefParam);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto it = references_.find(*held); it != references_.end() && it->second.tensors) {
+        it->second.confirmed.insert(m.sender);
+      }
+    }
     std::vector<std::string> decoded;  // into Buffers of their own
     if (m.params.count(kCodecParam)) {
       const auto start = Clock::now();
@@ -609,7 +657,10 @@ class CompressingTransport final : public ForwardingTransport {
       std::lock_guard<std::mutex> lock(mu_);
       summary_.decode_seconds += std::chrono::duration<double>(Clock::now() - start).count();
     }
-    if (auto base = m.GetInt(kDeltaBaseParam); base.ok()) CorrectUpdate(&m, *base, decoded);
+    // An update (a model names its own key too: it is no update).
+    if (auto base = m.GetInt(kDeltaBaseParam); base.ok() && !m.params.count(kDeltaRefParam)) {
+      CorrectUpdate(&m, *base, decoded);
+    }
     if (auto key = m.GetInt(kDeltaRefParam); key.ok()) {
       if (std::string why; DeltaCannotPay({m.sender}, m, /*sample=*/false, &why)) {
         NoteSkipped(": reference " + std::to_string(*key) + " from rank " +
@@ -771,6 +822,9 @@ class CompressingTransport final : public ForwardingTransport {
   struct Reference {
     std::shared_ptr<const TensorMap> tensors;
     std::set<int32_t> holders;  // peers known to hold the same tensors
+    // Those of them that said so themselves (kHeldRefParam): a model goes
+    // as a delta from this reference only to these.
+    std::set<int32_t> confirmed;
     // The sender's own tensors when `tensors` is their lossy cast (what
     // the receivers hold): updates against it are corrected by the
     // difference (CorrectUpdate).
