@@ -342,6 +342,11 @@ class MlpTrainer final : public Trainer {
 
 }  // namespace
 
+Result<std::string> MlpInstructionSet() {
+  XSILO_ASSIGN_OR_RETURN(gemm::Isa isa, gemm::ChooseIsa());
+  return std::string(gemm::IsaName(isa));
+}
+
 Result<std::unique_ptr<Trainer>> MakeMlpTrainer(const MlpOptions& options, SyntheticShard shard) {
   if (shard.dimension != options.shape.input || shard.classes != options.shape.classes) {
     return InvalidArgument("shard has dimension " + std::to_string(shard.dimension) + " and " +

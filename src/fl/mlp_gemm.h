@@ -8,27 +8,21 @@
 // compiled with that ISA's flags) that renames Eigen's namespace, so that
 // no template instantiated there shares a symbol with the rest of the
 // program: the linker could otherwise keep an AVX-512 copy of a function
-// every other file calls. tests/fl/mlp_isa_symbols_test.sh checks that.
+// every other file calls. They include nothing of ours but
+// mlp_gemm_kernels.h, and are built at -O2 whatever the build type (at -O0
+// the standard library's small templates Eigen calls, std::max and the
+// like, would be emitted out of line, with AVX instructions, under their
+// own names). tests/fl/mlp_isa_symbols_test.sh checks that.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "fl/mlp_gemm_kernels.h"
 #include "xsilo/core/status.h"
 
 namespace xsilo::fl::gemm {
-
-// Row-major W is out x in; A, D, Z and Y are column-major with n columns
-// (one per sample). Results are overwritten, never accumulated.
-struct Kernels {
-  // Z (out x n) = W A, A in x n.
-  void (*w_times_a)(const float* w, int64_t out, int64_t in, const float* a, int64_t n, float* z);
-  // G (out x in, row-major) = D A^T, D out x n, A in x n.
-  void (*d_times_at)(const float* d, int64_t out, const float* a, int64_t in, int64_t n, float* g);
-  // Y (in x n) = W^T D, D out x n.
-  void (*wt_times_d)(const float* w, int64_t out, int64_t in, const float* d, int64_t n, float* y);
-};
 
 enum class Isa { kGeneric, kAvx2, kAvx512 };
 

@@ -10,20 +10,26 @@ LIB="$1"
 checked=0
 for isa in avx2 avx512; do
   member="mlp_gemm_$isa.cpp.o"
-  # nm prints "<archive>[<member>]:" or "<member>:" before each member's symbols.
-  syms=$(nm -C --defined-only "$LIB" 2>/dev/null | awk -v m="$member" '
+  # nm prints "<archive>[<member>]:" or "<member>:" before each member's
+  # symbols. Mangled names: the namespace a symbol is in comes first
+  # (after _Z, and GV for a guard variable, Z for a static local, N and K),
+  # whatever its return type.
+  syms=$(nm --defined-only "$LIB" 2>/dev/null | awk -v m="$member" '
     /:$/ { inside = index($0, m) > 0; next }
     inside && NF >= 3 { print }')
   [ -n "$syms" ] || { echo "no symbols of $member in $LIB"; exit 1; }
   # Global binding: upper-case types, "u" (unique) and "V"/"W" (weak).
-  bad=$(echo "$syms" | awk '$2 ~ /^[A-Zu]$/' | cut -d' ' -f3- |
-    grep -v -E "^(xsilo_eigen_$isa::|xsilo::fl::gemm::$isa::|void xsilo_eigen_$isa::|guard variable for xsilo_eigen_$isa::|DW\.ref\.__gxx_personality_v0$)" || true)
+  global=$(echo "$syms" | awk '$2 ~ /^[A-Zu]$/ { print $3 }')
+  eigen_ns="$((12 + ${#isa}))xsilo_eigen_$isa"
+  gemm_ns="5xsilo2fl4gemm${#isa}$isa"
+  bad=$(echo "$global" |
+    grep -v -E "^_Z(GV)?Z?N?K?($eigen_ns|$gemm_ns)|^DW\.ref\.__gxx_personality_v0$" || true)
   if [ -n "$bad" ]; then
     echo "$member defines symbols outside its own namespaces:"
-    echo "$bad" | head -20
+    echo "$bad" | head -20 | c++filt
     exit 1
   fi
-  echo "$member: $(echo "$syms" | awk '$2 ~ /^[A-Zu]$/' | wc -l) global symbols, all its own"
+  echo "$member: $(echo "$global" | wc -l) global symbols, all its own"
   checked=$((checked + 1))
 done
 [ "$checked" = 2 ]

@@ -490,8 +490,10 @@ int RunClient(const FlFileArgs& a) {
   if (!trainer.ok()) return Fail("client", trainer.status());
   auto t = TransportRegistry::Global().Create(job->transport, job->transport_options);
   if (!t.ok()) return Fail("client", t.status());
-  std::printf("xsilo fl client %d: '%s' to %s; %s tier (%s)\n", rank, job->transport.c_str(),
-              job->transport_options.address.c_str(), job->tier.c_str(), shape->ToString().c_str());
+  // MakeClientTrainer succeeded, so the instruction set is known.
+  std::printf("xsilo fl client %d: '%s' to %s; %s tier (%s; MLP products: %s)\n", rank,
+              job->transport.c_str(), job->transport_options.address.c_str(), job->tier.c_str(),
+              shape->ToString().c_str(), fl::MlpInstructionSet().value_or("?").c_str());
   std::fflush(stdout);
   if (Status s = (*t)->Start(); !s.ok()) return Fail("client", s);
   job->client.show_progress = !a.quiet;

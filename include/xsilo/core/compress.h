@@ -37,9 +37,12 @@ namespace xsilo {
 // The param that holds the codec table of a compressed message.
 inline constexpr const char* kCodecParam = "xsilo.codec";
 // Param (int) a sender sets on a message whose tensors are to be sent as
-// a delta against the reference of that key (an update: the reference plus
-// small changes); the compressing transport (xsilo/transport/compression.h)
-// leaves it on the message for the receiver.
+// a delta against the reference of that key: an update (the reference plus
+// small changes), or, with kDeltaRefParam besides, the next model after
+// that reference, which goes as a delta only to receivers that said they
+// hold it (docs/compression.md, "Next models"). The compressing transport
+// (xsilo/transport/compression.h) leaves it on the message for the
+// receiver.
 inline constexpr const char* kDeltaBaseParam = "xsilo.delta_base";
 // Param (int) on a message whose tensors are to be kept as the reference
 // of that key (by the sender when it sends it, by each receiver when it

@@ -64,7 +64,14 @@ struct MlpOptions {
 };
 
 // An MLP trainer over `shard` (which must match shape.input / classes).
-// Starts from MlpInitialParameters(shape, seed).
+// Starts from MlpInitialParameters(shape, seed). Its matrix products run
+// built for MlpInstructionSet(); InvalidArgument for a bad XSILO_MLP_ISA.
 Result<std::unique_ptr<Trainer>> MakeMlpTrainer(const MlpOptions& options, SyntheticShard shard);
+
+// The instruction set the MLP's products run with here: "avx512", "avx2"
+// or "generic", the widest this build and CPU support or the one
+// XSILO_MLP_ISA names (docs/fl.md, "Instruction sets"); InvalidArgument
+// when XSILO_MLP_ISA names an unknown or unsupported one.
+Result<std::string> MlpInstructionSet();
 
 }  // namespace xsilo::fl

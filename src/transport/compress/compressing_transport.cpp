@@ -104,10 +104,11 @@ constexpr double kLongRttS = 0.020;
 constexpr uint64_t kMinMeasuredBytes = 256 << 10;
 // References (kDeltaRefParam) kept: the newest ones.
 constexpr size_t kReferencesKept = 2;
-// Param (int) the decorator adds to a message whose delta base it holds
-// (its own copy of that reference), and the receiving decorator takes off
-// before delivery: the receiver learns that the sender holds it. A model
-// goes as a delta only to peers that said so (Prepare).
+// Param (int) the decorator adds to an update (a delta base and no
+// reference key of its own) whose base it holds a copy of, and the
+// receiving decorator takes off before delivery: the receiver learns that
+// the sender holds it. A model goes as a delta only to peers that said so
+// (Prepare).
 constexpr const char* kHeldRefParam = "xsilo.delta_held";
 
 class CompressingTransport final : public ForwardingTransport {
@@ -301,7 +302,13 @@ class CompressingTransport final : public ForwardingTransport {
       if (m->params.count(kCodecParam) && choice.recipe.quant != Quant::kNone) {
         Message copy = *m;
         std::shared_ptr<const TensorMap> pin;
-        XSILO_RETURN_IF_ERROR(DecompressMessage(&copy, Lookup(&pin), o));
+        // A delta's base is the one pinned above (another send may have
+        // evicted it from references_ since).
+        ReferenceLookup lookup = [&, others = Lookup(&pin)](int64_t key) -> const TensorMap* {
+          if (base && key == *base && reference) return reference.get();
+          return others(key);
+        };
+        XSILO_RETURN_IF_ERROR(DecompressMessage(&copy, lookup, o));
         p.reference = std::make_shared<const TensorMap>(std::move(copy.tensors));
         p.original = CopyTensors(original);
       } else {
@@ -684,17 +691,19 @@ class CompressingTransport final : public ForwardingTransport {
   // every client at once as the broadcast lands) would cost and never pay:
   // on lan those copies were most of what compression=auto cost. With
   // `sample` a delta codec never sampled here is sampled against the
-  // newest reference we own (the previous model: a FedAvg server sends
-  // models, never deltas, so it has no other figure). False while the link
+  // newest reference we own (the previous model: a FedAvg server that has
+  // sent no model as a delta has no other figure). False while the link
   // is unknown, and under compression.when=always.
   //
   // A delta codec not sampled yet (no reference to sample it against, or
   // a receiver, which does not sample deltas) is bounded by the same codec on whole
   // values, sampled on `m` itself when it was not: a delta encode reads
   // the reference besides the values and a delta decode adds it back, so
-  // neither is faster (bench/compress_speed on a Big tensor, idle: lossless
-  // 178-463 ms to encode as a delta, 166-185 ms whole; int8+zstd 258-263
-  // against 186-213; decodes 63-112 against 53-57). Without that bound the
+  // the pair is no faster (bench/compress_speed on a Big tensor, idle:
+  // lossless 178-463 ms to encode as a delta, 166-185 ms whole; int8+zstd
+  // 258-263 against 186-213; decodes 63-112 against 53-57; a top-k delta's
+  // decode alone, 51-52 ms, beats the whole model's, its encode, 384-423
+  // ms, does not). Without that bound the
   // first model of a job was always kept, by the server and by every
   // client at once, which on lan cost each a 265 MB copy in round 1.
   bool DeltaCannotPay(const std::vector<int32_t>& peers, const Message& m, bool sample,
