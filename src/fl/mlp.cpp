@@ -271,8 +271,7 @@ class MlpTrainer final : public Trainer {
       Eigen::MatrixXf& z = acts_[l + 1];
       const Layer& L = layers_[l];
       z.resize(L.out, acts_[l].cols());
-      kernels_->w_times_a(F32(params_.find(L.weight)->second), L.out, L.in, acts_[l].data(),
-                          acts_[l].cols(), z.data());
+      kernels_->w_times_a(W(L).data(), L.out, L.in, acts_[l].data(), acts_[l].cols(), z.data());
       z.colwise() += B(layers_[l]);
       if (l + 1 < layers_.size()) z = z.cwiseMax(0.0f);
     }
@@ -312,8 +311,7 @@ class MlpTrainer final : public Trainer {
       sq += grad_w_[l].squaredNorm() + grad_b_[l].squaredNorm();
       if (l > 0) {
         Eigen::MatrixXf da(L.in, n);
-        kernels_->wt_times_d(F32(params_.find(L.weight)->second), L.out, L.in, dz_.data(), n,
-                             da.data());
+        kernels_->wt_times_d(W(L).data(), L.out, L.in, dz_.data(), n, da.data());
         dz_ = da.cwiseProduct((acts_[l].array() > 0.0f).cast<float>().matrix());
       }
     }

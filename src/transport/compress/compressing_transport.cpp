@@ -227,7 +227,7 @@ class CompressingTransport final : public ForwardingTransport {
       // A model is the next reference: sent as a delta, every receiver
       // must decode it, so every one must have said it holds the base (a
       // restarted process, or one that kept no copy, does not).
-      reference = model ? ReferenceConfirmedBy(*base, peers) : ReferenceHeldBy(*base, peers);
+      reference = ReferenceHeldBy(*base, peers, /*confirmed=*/model);
       if (!model && Holds(*base)) m->params[kHeldRefParam] = *base;
     }
 
@@ -579,19 +579,6 @@ class CompressingTransport final : public ForwardingTransport {
     return 0;
   }
 
-  // The reference of `key` when every one of `peers` said it holds it
-  // (kHeldRefParam).
-  std::shared_ptr<const TensorMap> ReferenceConfirmedBy(int64_t key,
-                                                        const std::vector<int32_t>& peers) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = references_.find(key);
-    if (it == references_.end()) return nullptr;
-    for (int32_t p : peers) {
-      if (!it->second.confirmed.count(p)) return nullptr;
-    }
-    return it->second.tensors;
-  }
-
   // Whether we keep the reference of `key`.
   bool Holds(int64_t key) const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -599,13 +586,16 @@ class CompressingTransport final : public ForwardingTransport {
     return it != references_.end() && it->second.tensors != nullptr;
   }
 
-  // The reference of `key` when every one of `peers` holds it too.
-  std::shared_ptr<const TensorMap> ReferenceHeldBy(int64_t key, const std::vector<int32_t>& peers) {
+  // The reference of `key` when every one of `peers` holds it too; with
+  // `confirmed`, when every one said so itself (kHeldRefParam).
+  std::shared_ptr<const TensorMap> ReferenceHeldBy(int64_t key, const std::vector<int32_t>& peers,
+                                                   bool confirmed = false) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = references_.find(key);
     if (it == references_.end()) return nullptr;
+    const std::set<int32_t>& known = confirmed ? it->second.confirmed : it->second.holders;
     for (int32_t p : peers) {
-      if (!it->second.holders.count(p)) return nullptr;
+      if (!known.count(p)) return nullptr;
     }
     return it->second.tensors;
   }
@@ -696,16 +686,16 @@ class CompressingTransport final : public ForwardingTransport {
   // is unknown, and under compression.when=always.
   //
   // A delta codec not sampled yet (no reference to sample it against, or
-  // a receiver, which does not sample deltas) is bounded by the same codec on whole
-  // values, sampled on `m` itself when it was not: a delta encode reads
-  // the reference besides the values and a delta decode adds it back, so
-  // the pair is no faster (bench/compress_speed on a Big tensor, idle:
-  // lossless 178-463 ms to encode as a delta, 166-185 ms whole; int8+zstd
-  // 258-263 against 186-213; decodes 63-112 against 53-57; a top-k delta's
-  // decode alone, 51-52 ms, beats the whole model's, its encode, 384-423
-  // ms, does not). Without that bound the
-  // first model of a job was always kept, by the server and by every
-  // client at once, which on lan cost each a 265 MB copy in round 1.
+  // a receiver, which does not sample deltas) is bounded by the same codec
+  // on whole values, sampled on `m` itself when it was not: a delta encode
+  // reads the reference besides the values and a delta decode adds it
+  // back, so the pair is no faster (bench/compress_speed on a Big tensor,
+  // idle: lossless 178-463 ms to encode as a delta, 166-185 ms whole;
+  // int8+zstd 258-263 against 186-213; decodes 63-112 against 53-57; a
+  // top-k delta's decode alone, 51-52 ms, beats the whole model's, its
+  // encode, 384-423 ms, does not). Without that bound the first model of a
+  // job was always kept, by the server and by every client at once, which
+  // on lan cost each a 265 MB copy in round 1.
   bool DeltaCannotPay(const std::vector<int32_t>& peers, const Message& m, bool sample,
                       std::string* why) {
     if (policy_.always) return false;
