@@ -14,7 +14,7 @@
 // Layout of a mutate input: [recipe][mutations][3 bytes per mutation]
 // [3 bytes of table mutation when asked][payload]. Bit 6 of the first
 // byte and bits 4-5 of the second make the tensor span two chunks; bit 6
-// of the second makes a delta a top-k one.
+// of the second makes a delta a top-k one, bit 7 one on the values' scale.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -123,6 +123,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Top-k of a delta: its frames decode like any delta's, so they are
   // mutated like them.
   if (recipe.delta && (data[1] & 0x40)) recipe.topk = 0.25;
+  // Bit 7: an int8 delta on the values' scale (a no-op for other recipes).
+  recipe.value_scale = recipe.delta && recipe.topk == 0 && (data[1] & 0x80);
   const DType dtype =
       recipe.quant != xsilo::Quant::kNone ? DType::kF32 : kDTypes[(recipe_byte >> 4) & 3];
   // About one run in sixteen spans two chunks (the second a short one):

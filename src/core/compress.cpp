@@ -24,7 +24,10 @@ namespace {
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+// Version 2 adds int8 deltas on the values' scale ("vs"); a table without
+// them is written as version 1, which every decoder reads.
 constexpr int kTableVersion = 1;
+constexpr int kValueScaleTableVersion = 2;
 
 // How one tensor is laid out in chunks; the same on both sides.
 struct Layout {
@@ -34,6 +37,7 @@ struct Layout {
   uint64_t elem = 1;  // bytes per input element
   Quant quant = Quant::kNone;
   bool delta = false;
+  bool value_scale = false;  // int8 delta on the values' scale (TensorRecipe)
   uint64_t block = 256;      // int8 values per scale
   uint64_t chunk_elems = 1;  // elements per chunk (the last may be fewer)
 
@@ -176,7 +180,8 @@ bool AllFinite(const Tensor& t, int threads) {
                                               nullptr, nullptr, t.nbytes() / 4, threads, &amax);
 }
 
-Layout MakeLayout(const Tensor& t, Quant quant, bool delta, const CompressOptions& o) {
+Layout MakeLayout(const Tensor& t, Quant quant, bool delta, bool value_scale,
+                  const CompressOptions& o) {
   Layout l;
   l.dtype = t.dtype;
   l.shape = t.shape;
@@ -184,6 +189,7 @@ Layout MakeLayout(const Tensor& t, Quant quant, bool delta, const CompressOption
   l.elems = t.nbytes() / l.elem;
   l.quant = quant;
   l.delta = delta;
+  l.value_scale = value_scale && delta && quant == Quant::kInt8;
   l.block = std::clamp<uint64_t>(o.int8_block, 64, 4096);
   uint64_t ce = std::max<uint64_t>(1, std::max<uint64_t>(o.chunk_bytes, 64 << 10) / l.elem);
   if (quant == Quant::kInt8) ce = std::max(l.block, ce / l.block * l.block);
@@ -209,7 +215,8 @@ const uint8_t* EncodeStageOf(const Layout& l, const uint8_t* in, const uint8_t* 
   if (l.quant == Quant::kInt8) {
     const uint64_t blocks = (n + l.block - 1) / l.block;
     compress::EncodeInt8(fin, l.delta ? fref : nullptr, reinterpret_cast<float*>(w.a.data()),
-                         reinterpret_cast<int8_t*>(w.a.data() + 4 * blocks), n, l.block);
+                         reinterpret_cast<int8_t*>(w.a.data() + 4 * blocks), n, l.block,
+                         l.value_scale);
   } else {
     compress::EncodeHalf(fin, l.delta ? fref : nullptr, reinterpret_cast<uint16_t*>(w.a.data()), n,
                          l.quant == Quant::kBF16);
@@ -225,7 +232,8 @@ void DequantizeStage(const Layout& l, const uint8_t* stage, const float* ref, fl
   if (l.quant == Quant::kInt8) {
     const uint64_t blocks = (n + l.block - 1) / l.block;
     compress::DecodeInt8(reinterpret_cast<const float*>(stage),
-                         reinterpret_cast<const int8_t*>(stage + 4 * blocks), ref, out, n, l.block);
+                         reinterpret_cast<const int8_t*>(stage + 4 * blocks), ref, out, n, l.block,
+                         l.value_scale);
   } else {
     compress::DecodeHalf(reinterpret_cast<const uint16_t*>(stage), ref, out, n,
                          l.quant == Quant::kBF16);
@@ -325,6 +333,7 @@ Json LayoutJson(const Layout& l, bool zstd, const std::vector<ChunkRec>& recs, d
             {"ce", l.chunk_elems},
             {"chunks", std::move(c)}};
   if (l.quant == Quant::kInt8) j["block"] = l.block;
+  if (l.value_scale) j["vs"] = true;
   if (topk > 0) j["topk"] = topk;  // for the reader: decoding does not need it
   return j;
 }
@@ -336,8 +345,8 @@ Result<Quant> ParseQuant(std::string_view s) {
 }
 
 // Parses and checks one tensor's entry against the encoded bytes it names.
-Status ParseLayout(const Json& j, uint64_t data_bytes, const CompressOptions& o, Layout* l,
-                   std::vector<ChunkRec>* recs) {
+Status ParseLayout(const Json& j, int64_t version, uint64_t data_bytes, const CompressOptions& o,
+                   Layout* l, std::vector<ChunkRec>* recs) {
   if (!j.is_object() || !j.contains("dtype") || !j["dtype"].is_string() || !j.contains("shape") ||
       !j["shape"].is_array() || !j.contains("q") || !j["q"].is_string() || !j.contains("d") ||
       !j["d"].is_boolean() || !j.contains("ce") || !j["ce"].is_number_unsigned() ||
@@ -365,6 +374,12 @@ Status ParseLayout(const Json& j, uint64_t data_bytes, const CompressOptions& o,
     l->block = j["block"].get<uint64_t>();
     if (l->block < 64 || l->block > 4096 || (l->block & (l->block - 1)))
       return Corrupt("codec table: bad int8 block size");
+  }
+  if (j.contains("vs")) {
+    if (version < kValueScaleTableVersion || !j["vs"].is_boolean() || l->quant != Quant::kInt8 ||
+        !l->delta)
+      return Corrupt("codec table: a values' scale without an int8 delta of a version 2 table");
+    l->value_scale = j["vs"].get<bool>();
   }
   l->chunk_elems = j["ce"].get<uint64_t>();
   if (l->chunk_elems == 0 || l->chunk_elems > (64ull << 20) / l->elem ||
@@ -511,7 +526,7 @@ Status CompressMessage(Message* m, const TensorRecipe& recipe, const CompressOpt
   if (m->params.count(kCodecParam)) return InvalidArgument("message is compressed already");
   const auto start = Clock::now();
   Json tensors = Json::object();
-  bool any_delta = false;
+  bool any_delta = false, any_value_scale = false;
   CompressStats st;
   for (auto& [name, t] : m->tensors) {
     if (t.nbytes() < options.min_tensor_bytes || t.nbytes() == 0) continue;
@@ -542,7 +557,7 @@ Status CompressMessage(Message* m, const TensorRecipe& recipe, const CompressOpt
     }
     const Quant q = QuantFor(t, ref, recipe.quant, options.threads, topk ? topk->err_in : nullptr);
     if (q == Quant::kNone && !recipe.zstd && !topk) continue;  // nothing to do for it
-    const Layout l = MakeLayout(t, q, ref != nullptr, options);
+    const Layout l = MakeLayout(t, q, ref != nullptr, recipe.value_scale && !topk, options);
     Tensor enc;
     std::vector<ChunkRec> recs;
     bool smaller = false;
@@ -557,13 +572,15 @@ Status CompressMessage(Message* m, const TensorRecipe& recipe, const CompressOpt
     st.encoded_bytes += enc.nbytes();
     ++st.tensors;
     any_delta |= l.delta;
+    any_value_scale |= l.value_scale;
     tensors[name] = LayoutJson(l, recipe.zstd, recs, topk ? recipe.topk : 0);
     t = std::move(enc);
   }
   st.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (stats) *stats = st;
   if (tensors.empty()) return Status::OK();
-  Json table = {{"v", kTableVersion}, {"t", std::move(tensors)}};
+  Json table = {{"v", any_value_scale ? kValueScaleTableVersion : kTableVersion},
+                {"t", std::move(tensors)}};
   if (any_delta) {
     table["ref"] = reference_key;
     table["ref_sum"] = ReferenceDigest(*reference);
@@ -583,7 +600,8 @@ Status DecompressMessage(Message* m, const ReferenceLookup& references,
   if (!table.is_object() || !table.contains("v") || !table["v"].is_number_integer() ||
       !table.contains("t") || !table["t"].is_object())
     return Corrupt("codec table: not a table");
-  if (table["v"].get<int64_t>() != kTableVersion)
+  const int64_t version = table["v"].get<int64_t>();
+  if (version != kTableVersion && version != kValueScaleTableVersion)
     return Corrupt("codec table: unsupported version " + table["v"].dump());
   const TensorMap* ref = nullptr;
   auto need_ref = [&]() -> Status {
@@ -609,7 +627,7 @@ Status DecompressMessage(Message* m, const ReferenceLookup& references,
       return Corrupt("codec table names tensor '" + name + "', which is not an encoded tensor");
     Layout l;
     std::vector<ChunkRec> recs;
-    XSILO_RETURN_IF_ERROR(ParseLayout(entry, t->second.nbytes(), options, &l, &recs)
+    XSILO_RETURN_IF_ERROR(ParseLayout(entry, version, t->second.nbytes(), options, &l, &recs)
                               .WithContext("tensor '" + name + "'"));
     const Tensor* rt = nullptr;
     if (l.delta) {

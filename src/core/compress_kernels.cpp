@@ -207,9 +207,10 @@ void DecodeHalf(const uint16_t* in, const float* ref, float* out, size_t n, bool
   }
 }
 
-void EncodeInt8(const float* in, const float* ref, float* scales, int8_t* q, size_t n,
-                size_t block) {
+void EncodeInt8(const float* in, const float* ref, float* scales, int8_t* q, size_t n, size_t block,
+                bool value_scale) {
   float d[4096];
+  value_scale = value_scale && ref;
   for (size_t b0 = 0, k = 0; b0 < n; b0 += block, ++k) {
     const size_t len = std::min(block, n - b0);
     int32_t amax = 0;
@@ -219,28 +220,44 @@ void EncodeInt8(const float* in, const float* ref, float* scales, int8_t* q, siz
       std::memcpy(d, in + b0, len * sizeof(float));
     }
     for (size_t i = 0; i < len; ++i) amax = std::max(amax, AbsBits(d[i]));
-    const float scale = FromBits(static_cast<uint32_t>(amax)) / 127.0f;
-    scales[k] = scale;
+    float scale = FromBits(static_cast<uint32_t>(amax)) / 127.0f;
+    const float* x = d;
+    bool whole = false;
+    if (value_scale) {
+      int32_t vmax = 0;
+      for (size_t i = 0; i < len; ++i) vmax = std::max(vmax, AbsBits(in[b0 + i]));
+      const float vscale = FromBits(static_cast<uint32_t>(vmax)) / 127.0f;
+      // |d / vscale| <= 127 for every d: the difference's codes fit.
+      whole = !(vscale > 0 && FromBits(static_cast<uint32_t>(amax)) / vscale <= 127.0f);
+      scale = vscale;
+      if (whole) x = in + b0;
+    }
+    scales[k] = whole ? -scale : scale;
     if (scale == 0) {
       std::memset(q + b0, 0, len);
       continue;
     }
-    // |d / scale| <= 127 (plus rounding): within RoundHalfEven's range.
+    // |x / scale| <= 127 (plus rounding): within RoundHalfEven's range.
     for (size_t i = 0; i < len; ++i) {
-      const float r = RoundHalfEven(d[i] / scale);
+      const float r = RoundHalfEven(x[i] / scale);
       q[b0 + i] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
     }
   }
 }
 
 void DecodeInt8(const float* scales, const int8_t* q, const float* ref, float* out, size_t n,
-                size_t block) {
+                size_t block, bool value_scale) {
   for (size_t b0 = 0, k = 0; b0 < n; b0 += block, ++k) {
     const size_t len = std::min(block, n - b0);
-    const float scale = scales[k];
+    float scale = scales[k];
+    const float* r = ref;
+    if (value_scale && std::signbit(scale)) {
+      scale = -scale;
+      r = nullptr;
+    }
     for (size_t i = 0; i < len; ++i) {
       const float v = static_cast<float>(q[b0 + i]) * scale;
-      out[b0 + i] = ref ? ref[b0 + i] + v : v;
+      out[b0 + i] = r ? r[b0 + i] + v : v;
     }
   }
 }

@@ -45,10 +45,18 @@ void DecodeHalf(const uint16_t* in, const float* ref, float* out, size_t n, bool
 // values (the last may be shorter) one float scale absmax / 127 into
 // scales[b], then q[i] = round(x / scale). Non-finite input is not
 // accepted (FiniteAbsMax first).
-void EncodeInt8(const float* in, const float* ref, float* scales, int8_t* q, size_t n,
-                size_t block);
+//
+// `value_scale` (with a ref): the scale is that of the values, the absmax
+// of in[] / 127, so the difference lands on the grid a whole cast of in[]
+// would use, with that cast's error bound; a block whose difference does
+// not fit 127 steps of it is coded whole (q = round(in / scale)) and its
+// scale stored negated (-0.0 for a block of zeros).
+void EncodeInt8(const float* in, const float* ref, float* scales, int8_t* q, size_t n, size_t block,
+                bool value_scale = false);
+// The inverse; `value_scale` as the encoder's (a negative scale then marks
+// a block coded whole, which ignores ref).
 void DecodeInt8(const float* scales, const int8_t* q, const float* ref, float* out, size_t n,
-                size_t block);
+                size_t block, bool value_scale = false);
 
 // Top-k sparsification of an update (in - ref + err, err may be null): the
 // magnitude at or above which a value of it is kept so that about

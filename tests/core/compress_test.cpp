@@ -332,6 +332,65 @@ TEST(Compress, LossyDeltaIsBoundedByTheDifference) {
   }
 }
 
+// A next model sent as an int8 delta from the receivers' int8 cast of the
+// last one: on the values' scale it keeps the bound of a whole int8 cast
+// of the new values, in a fraction of a whole cast's bytes; a block whose
+// change exceeds 127 of the values' steps, or whose values are all zero,
+// goes whole.
+TEST(Compress, AnInt8DeltaOnTheValuesScaleKeepsAWholeCastsBound) {
+  const size_t n = 1 << 18;
+  const std::vector<float> model = Weights(n, 61);
+  CompressOptions o = SmallChunks(2);
+  // What the receivers hold: their decoded int8 cast of the last model.
+  Message cast;
+  cast.tensors.emplace("w", TensorOf(DType::kF32, model));
+  ASSERT_TRUE(CompressMessage(&cast, {.quant = Quant::kInt8}, o).ok());
+  ASSERT_TRUE(DecompressMessage(&cast, nullptr, o).ok());
+  TensorMap held;
+  held.emplace("w", cast.tensors.at("w"));
+  const float* h = Floats(held.at("w"));
+  std::vector<float> next = Stepped(model, 67, 2e-4f);     // a round's change
+  for (size_t i = 512; i < 768; ++i) next[i] = -2 * h[i];  // block 2: beyond 127 steps
+  for (size_t i = 1024; i < 1280; ++i) next[i] = 0;        // block 4: all zero
+  auto encode = [&](const TensorRecipe& r, CompressStats* st) {
+    Message m;
+    m.tensors.emplace("w", TensorOf(DType::kF32, next));
+    EXPECT_TRUE(CompressMessage(&m, r, o, &held, 9, st).ok());
+    return m;
+  };
+  CompressStats whole, diff_scale, value_scale;
+  encode({.quant = Quant::kInt8}, &whole);
+  encode({.quant = Quant::kInt8, .delta = true}, &diff_scale);
+  Message m = encode({.quant = Quant::kInt8, .delta = true, .value_scale = true}, &value_scale);
+  const Json table = TableOf(m);
+  EXPECT_EQ(table["v"], 2);
+  EXPECT_EQ(table["t"]["w"]["vs"], true);
+  EXPECT_EQ(table["ref"], 9);
+  // Fewer bytes than a whole cast and than a delta on its own scale
+  // (whose codes spread the last cast's error over all 255 values).
+  EXPECT_LT(value_scale.encoded_bytes * 2, whole.encoded_bytes)
+      << value_scale.encoded_bytes << " vs " << whole.encoded_bytes;
+  EXPECT_LT(value_scale.encoded_bytes * 2, diff_scale.encoded_bytes)
+      << value_scale.encoded_bytes << " vs " << diff_scale.encoded_bytes;
+  ASSERT_TRUE(DecompressMessage(
+                  &m, [&](int64_t) { return &held; }, o)
+                  .ok());
+  const float* y = Floats(m.tensors.at("w"));
+  size_t moved = 0;
+  for (size_t b0 = 0; b0 < n; b0 += 256) {
+    float amax = 0;
+    for (size_t i = b0; i < b0 + 256; ++i) amax = std::max(amax, std::fabs(next[i]));
+    for (size_t i = b0; i < b0 + 256; ++i) {
+      const double bound = QuantErrorBound(Quant::kInt8, next[i], amax) +
+                           std::fabs(static_cast<double>(next[i])) * 0x1p-24 + 0x1p-149;
+      ASSERT_LE(std::fabs(static_cast<double>(y[i]) - next[i]), bound) << i;
+      moved += y[i] != h[i];
+    }
+  }
+  for (size_t i = 1024; i < 1280; ++i) ASSERT_EQ(y[i], 0.0f) << i;
+  EXPECT_GT(moved, 512u);  // not just the whole blocks: changes reach the receiver
+}
+
 // int8 rounds x / scale to the nearest integer, ties to even: with the
 // block's absmax 127 the scale is 1, so the halves show the rounding.
 TEST(Compress, Int8RoundsHalvesToEven) {
@@ -595,7 +654,14 @@ TEST_F(CompressCorrupt, MalformedTablesAreRefused) {
     fn(j);
     ExpectCorrupt(WithTable(j), what);
   };
-  edit([](Json& j) { j["v"] = 2; }, "version");
+  edit([](Json& j) { j["v"] = 3; }, "version");
+  edit([](Json& j) { j["t"]["a"]["vs"] = true; }, "a values' scale in a version 1 table");
+  edit(
+      [](Json& j) {
+        j["v"] = 2;
+        j["t"]["a"]["vs"] = true;
+      },
+      "a values' scale without an int8 delta");
   edit([](Json& j) { j["t"]["missing"] = j["t"]["a"]; }, "names a tensor not there");
   edit([](Json& j) { j["t"]["a"]["chunks"].erase(0); }, "a chunk dropped");
   edit([](Json& j) { j["t"]["a"]["chunks"][0][0] = 1; }, "a chunk length");

@@ -64,6 +64,12 @@ struct TensorRecipe {
   // 0: off. With error feedback (CompressMessage's `residual`) what is
   // dropped is added to the next update instead of lost.
   double topk = 0;
+  // An int8 delta quantized on the values' own scale (their block absmax
+  // / 127), not the difference's: a next model, whose receivers need it
+  // within the bound of a whole int8 cast of it, not of the change. Most
+  // changes then round to a few small codes, which zstd packs tightly; a
+  // block whose change exceeds 127 steps goes whole. Not with top-k.
+  bool value_scale = false;
 };
 
 struct CompressOptions {
@@ -141,7 +147,9 @@ void AddDifference(const float* update, const float* ours, const float* cast, fl
 //   fp16: |x| 2^-11 for |x| >= 2^-14, else 2^-25 (half an fp16 ulp)
 //   int8: absmax / 254 (1 + 2^-12) + 2^-126
 // For a delta, x is the difference from the reference, and the sum
-// reference + decoded difference adds at most half an ulp of the result.
+// reference + decoded difference adds at most half an ulp of the result;
+// for an int8 delta on the values' scale (TensorRecipe::value_scale)
+// block_absmax is that of the values.
 double QuantErrorBound(Quant q, float x, float block_absmax);
 
 // Estimated cost of a recipe on a payload, from a sample of its chunks.

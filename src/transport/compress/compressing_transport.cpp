@@ -45,7 +45,7 @@ std::string RecipeName(const TensorRecipe& r) {
   std::string s = r.quant == Quant::kNone ? "lossless" : std::string(QuantName(r.quant));
   if (r.quant != Quant::kNone && r.zstd) s += "+zstd";
   if (r.topk > 0) s += " top-" + Fixed(r.topk, 4);
-  if (r.delta) s += " delta";
+  if (r.delta) s += r.value_scale ? " delta on the values' scale" : " delta";
   return s;
 }
 
@@ -356,6 +356,7 @@ class CompressingTransport final : public ForwardingTransport {
     r.zstd = true;
     r.delta = delta;
     if (delta && update) r.topk = policy_.topk;
+    r.value_scale = delta && !update && r.quant == Quant::kInt8;
     return r;
   }
 
@@ -437,8 +438,11 @@ class CompressingTransport final : public ForwardingTransport {
       if (delta ? !delta_too : !whole) continue;
       recipes.push_back({Quant::kNone, true, delta});
       if (policy_.allowed != Quant::kNone && (delta || !update)) {
-        recipes.push_back({policy_.allowed, false, delta});
-        recipes.push_back({policy_.allowed, true, delta});
+        // A next model's int8 delta need only be as exact as a whole cast
+        // of it (TensorRecipe::value_scale).
+        const bool value_scale = delta && !update && policy_.allowed == Quant::kInt8;
+        recipes.push_back({policy_.allowed, false, delta, 0, value_scale});
+        recipes.push_back({policy_.allowed, true, delta, 0, value_scale});
       }
       // Top-k goes on the deltas of updates only (it drops changes, not
       // values; a model's receivers would hold what it kept, which the
