@@ -144,6 +144,35 @@ TEST(AutoRouter, AWanLinkProbesOneStreamWithMidSizedMessagesOnly) {
   EXPECT_EQ(r.Choose({1}, 2 * kMiB, true).path, AutoPath::kStore) << r.last_reason();
 }
 
+// A broadcast over a long link whose store rate is known and one-stream
+// rate is not goes to the store: inline, its copies would share the
+// sender's egress, which is all such a send measures, so it would probe
+// again at every broadcast. A send to one of them probes one stream.
+TEST(AutoRouter, ABroadcastOverALongLinkDoesNotProbeOneStream) {
+  AutoRouter r(NoExploring());
+  const std::vector<int32_t> seven = {1, 2, 3, 4, 5, 6, 7};
+  for (int32_t p : seven) {
+    r.OnRtt(p, 0.223);
+    r.OnTransfer(p, 64 * kMiB, 0.223 + 5.0, 32);  // the store: ~13 MB/s
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r.Choose(seven, 3 * kMiB + kMiB / 4, true).path, AutoPath::kStore) << r.last_reason();
+    EXPECT_NE(r.last_reason().find("a broadcast to 7 receivers"), std::string::npos)
+        << r.last_reason();
+  }
+  // Without a store there is nothing else.
+  EXPECT_EQ(r.Choose(seven, 3 * kMiB, false).path, AutoPath::kInline) << r.last_reason();
+  EXPECT_EQ(r.Choose({7}, 3 * kMiB, true).path, AutoPath::kInline) << r.last_reason();
+  EXPECT_NE(r.last_reason().find("probing the one-stream"), std::string::npos) << r.last_reason();
+  // A LAN-like broadcast still learns one stream inline.
+  AutoRouter lan(NoExploring());
+  for (int32_t p : seven) {
+    lan.OnRtt(p, 0.0002);
+    lan.OnTransfer(p, 64 * kMiB, 0.2, 32);
+  }
+  EXPECT_EQ(lan.Choose(seven, 3 * kMiB, true).path, AutoPath::kInline) << lan.last_reason();
+}
+
 // A broadcast goes by its slowest known link.
 TEST(AutoRouter, ABroadcastFollowsItsSlowestLink) {
   AutoRouter r;
