@@ -483,8 +483,9 @@ int RunP2p(P2pOptions a) {
           const double budget_s = 300 +
                                   4.0 * messages * static_cast<double>(bytes) / (slow_MBps * 1e6) +
                                   4.0 * a.min_seconds;
-          bool timed_out = false;
-          int failed = WaitPeers(pids, Clock::now() + Seconds(budget_s), &timed_out);
+          bool timed_out = false, orphaned = false;
+          int failed = WaitPeers(pids, Clock::now() + Seconds(budget_s), &timed_out,
+                                 std::chrono::seconds(90), &orphaned);
           ParkIfStopping();
           json run = {{"env", env},
                       {"tier", tier_name},
@@ -506,6 +507,7 @@ int RunP2p(P2pOptions a) {
           std::string error;
           if (!spawn_status.ok()) error = spawn_status.ToString();
           if (timed_out) error = "timed out after " + Fixed(budget_s, 0) + " s";
+          if (orphaned) error = "receiver(s) still running 90 s after the sender exited (killed)";
           if (error.empty() && result.is_object() && !result.value("ok", false))
             error = result.value("error", "sender failed");
           if (error.empty() && (failed > 0 || !result.is_object()))

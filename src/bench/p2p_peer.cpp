@@ -13,7 +13,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -163,14 +165,16 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
   // Receivers announce themselves once started.
   std::set<int64_t> ready;
   for (int r = 1; r < spec.world; ++r) ready.insert(-r);
-  SendErrors errors;
+  // Shared with the send callbacks: a transport may confirm a send after
+  // the receiver's ack, so after this function returned.
+  const auto errors = std::make_shared<SendErrors>();
   const auto started = Clock::now();
   json phases = json::object();
   auto phase = [&](const char* name) {
     phases[name] = std::chrono::duration<double>(Clock::now() - started).count();
     (*result)["phases_s"] = phases;
   };
-  XSILO_RETURN_IF_ERROR(WaitAcks(t, ready, 120, &errors).status());
+  XSILO_RETURN_IF_ERROR(WaitAcks(t, ready, 120, errors.get()).status());
   phase("ready");
 
   XSILO_ASSIGN_OR_RETURN(const ModelPayload payload, ParseModelPayload(spec.payload));
@@ -181,7 +185,7 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
   auto send = [&](int32_t peer, const Message& m, int64_t s) {
     Message copy = m;  // shares the tensor Buffers
     copy.params["seq"] = s;
-    t.SendAsync(peer, std::move(copy), [&errors](const Status& st) { errors.Record(st); });
+    t.SendAsync(peer, std::move(copy), [errors](const Status& st) { errors->Record(st); });
   };
 
   // (a) latency: warm-up sends, then `repeats` sends, each waited for, and
@@ -198,7 +202,8 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
     const int64_t t0 = NowNs();
     send(1, model, seq);
     std::map<int64_t, int64_t> delivered;
-    XSILO_ASSIGN_OR_RETURN(auto acks, WaitAcks(t, {seq}, spec.timeout_s, &errors, 1, &delivered));
+    XSILO_ASSIGN_OR_RETURN(auto acks,
+                           WaitAcks(t, {seq}, spec.timeout_s, errors.get(), 1, &delivered));
     if (r < spec.warmup) continue;
     latency_ms.push_back(static_cast<double>(acks[seq] - t0) / 1e6);
     timed_s += latency_ms.back() / 1e3;
@@ -219,7 +224,7 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
     auto t0 = Clock::now();
     for (auto& m : batch) {
       send(1, m, ++seq);
-      XSILO_RETURN_IF_ERROR(WaitAcks(t, {seq}, spec.timeout_s, &errors).status());
+      XSILO_RETURN_IF_ERROR(WaitAcks(t, {seq}, spec.timeout_s, errors.get()).status());
     }
     const double seq_s = std::chrono::duration<double>(Clock::now() - t0).count();
     std::set<int64_t> seqs;
@@ -231,7 +236,8 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
       seqs.insert(++seq);
       send(1, m, seq);
     }
-    XSILO_RETURN_IF_ERROR(WaitAcks(t, seqs, spec.timeout_s * spec.concurrent, &errors).status());
+    XSILO_RETURN_IF_ERROR(
+        WaitAcks(t, seqs, spec.timeout_s * spec.concurrent, errors.get()).status());
     const double conc_s = std::chrono::duration<double>(Clock::now() - t0).count();
     (*result)["concurrency"] = {
         {"n", spec.concurrent},       {"sequential_s", seq_s},
@@ -253,7 +259,7 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
       seqs.insert(++seq);
       send(1, model, seq);
     }
-    XSILO_RETURN_IF_ERROR(WaitAcks(t, seqs, spec.timeout_s * n, &errors).status());
+    XSILO_RETURN_IF_ERROR(WaitAcks(t, seqs, spec.timeout_s * n, errors.get()).status());
     dispatch.push_back({{"n", n},
                         {"seconds", std::chrono::duration<double>(Clock::now() - t0).count()},
                         {"rss_before_bytes", before},
@@ -273,9 +279,9 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
     ResetPeakRss();
     ResetChildrenPeakRss();
     auto t0 = Clock::now();
-    t.BroadcastAsync(peers, model, [&errors](const Status& st) { errors.Record(st); });
+    t.BroadcastAsync(peers, model, [errors](const Status& st) { errors->Record(st); });
     XSILO_RETURN_IF_ERROR(
-        WaitAcks(t, {seq}, spec.timeout_s * peers.size(), &errors, peers.size()).status());
+        WaitAcks(t, {seq}, spec.timeout_s * peers.size(), errors.get(), peers.size()).status());
     (*result)["broadcast"] = {
         {"peers", peers.size()},
         {"rss_before_bytes", before},
@@ -307,6 +313,36 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
   return Status::OK();
 }
 
+// Sends "done" to every receiver until it answers "bye", for up to a
+// minute: a message sent just before Stop may be cut off by its drain
+// deadline, or confirmed once queued at the receiver and lost with it, and
+// a receiver never released waits out its idle timeout (minutes). Every
+// failed send is logged.
+Status ReleaseReceivers(const PeerSpec& spec, Transport& t,
+                        const std::function<void(const std::string&)>& log) {
+  std::set<int32_t> left;
+  for (int32_t r = 1; r < spec.world; ++r) left.insert(r);
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (!left.empty() && Clock::now() < deadline) {
+    for (int32_t r : left) {
+      Message done;
+      done.type = "done";
+      Status s = t.Send(r, std::move(done), std::chrono::seconds(10));
+      if (!s.ok()) log("\"done\" to rank " + std::to_string(r) + ": " + s.ToString());
+    }
+    const auto again = std::min(deadline, Clock::now() + std::chrono::seconds(10));
+    while (!left.empty() && Clock::now() < again) {
+      auto m = t.Receive(std::chrono::milliseconds(500));
+      if (!m.ok() && m.status().code() != StatusCode::kTimeout) return m.status();
+      if (m.ok() && m->type == "bye") left.erase(m->sender);
+    }
+  }
+  if (left.empty()) return Status::OK();
+  std::string ranks;
+  for (int32_t r : left) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  return Timeout("receiver rank(s) " + ranks + " did not answer \"done\" within 60 s");
+}
+
 Status RunReceiver(const PeerSpec& spec, Transport& t) {
   Message hello;
   hello.type = "ack";
@@ -321,7 +357,11 @@ Status RunReceiver(const PeerSpec& spec, Transport& t) {
   const double tolerance = codec == spec.options.end() ? 0 : LossyTolerance(codec->second);
   for (;;) {
     XSILO_ASSIGN_OR_RETURN(Message m, t.Receive(idle));
-    if (m.type == "done") return Status::OK();
+    if (m.type == "done") {
+      Message bye;
+      bye.type = "bye";
+      return t.Send(0, std::move(bye), std::chrono::seconds(30));
+    }
     const int64_t delivered = NowNs();
     const bool ok = ModelIntact(m, tolerance);
     const int64_t at = NowNs();
@@ -502,11 +542,10 @@ int RunP2pPeer(const std::string& spec_text) {
   if (s.ok()) {
     if (spec.role == "sender") {
       s = RunSender(spec, **t, &result);
-      for (int r = 1; r < spec.world; ++r) {  // release the receivers, even after a failure
-        Message done;
-        done.type = "done";
-        (void)(*t)->Send(r, std::move(done), std::chrono::seconds(30));
-      }
+      // Release the receivers, even after a failure (which stays the error).
+      Status released = ReleaseReceivers(spec, **t, log);
+      if (!released.ok()) log("releasing the receivers: " + released.ToString());
+      if (s.ok()) s = released;
     } else {
       s = RunReceiver(spec, **t);
     }

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -130,9 +131,11 @@ bool Exited(pid_t pid) {
          si.si_pid != 0;
 }
 
-int WaitPeers(const std::vector<pid_t>& pids, Clock::time_point deadline, bool* timed_out) {
+int WaitPeers(const std::vector<pid_t>& pids, Clock::time_point deadline, bool* timed_out,
+              std::chrono::seconds orphan_grace, bool* orphaned) {
   std::set<pid_t> left(pids.begin(), pids.end());
   int failed = 0;
+  std::optional<Clock::time_point> sender_gone;
   while (!left.empty()) {
     for (auto it = left.begin(); it != left.end();) {
       int st = 0;
@@ -140,6 +143,7 @@ int WaitPeers(const std::vector<pid_t>& pids, Clock::time_point deadline, bool* 
       if (r == *it) {
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) ++failed;
         kill(-*it, SIGKILL);  // anything it left in its group (the S3 server)
+        if (!pids.empty() && *it == pids.front()) sender_gone = Clock::now();
         std::lock_guard<std::mutex> lock(g_children_mu);
         g_children.erase(*it);
         it = left.erase(it);
@@ -148,8 +152,10 @@ int WaitPeers(const std::vector<pid_t>& pids, Clock::time_point deadline, bool* 
       }
     }
     if (left.empty()) break;
-    if (Clock::now() > deadline) {
-      *timed_out = true;
+    const bool orphans = sender_gone && Clock::now() > *sender_gone + orphan_grace;
+    if (Clock::now() > deadline || orphans) {
+      if (orphans && orphaned) *orphaned = true;
+      if (!orphans) *timed_out = true;
       for (pid_t p : left) kill(-p, SIGTERM);  // mpirun stops its ranks on TERM
       std::this_thread::sleep_for(std::chrono::seconds(2));
       for (pid_t p : left) kill(-p, SIGKILL);

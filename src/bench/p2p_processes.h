@@ -37,7 +37,11 @@ bool Exited(pid_t pid);
 
 // Waits for every pid until `deadline`; kills the groups of those left.
 // Returns the number that failed (non-zero exit, signal, or killed).
+// Once the first pid (the sender) has exited, the others get `orphan_grace`
+// more: a receiver the sender never released would otherwise wait out its
+// idle timeout. *orphaned (optional) is set when that killed any.
 int WaitPeers(const std::vector<pid_t>& pids, std::chrono::steady_clock::time_point deadline,
-              bool* timed_out);
+              bool* timed_out, std::chrono::seconds orphan_grace = std::chrono::seconds(90),
+              bool* orphaned = nullptr);
 
 }  // namespace xsilo::bench
