@@ -507,7 +507,8 @@ int RunP2p(P2pOptions a) {
           std::string error;
           if (!spawn_status.ok()) error = spawn_status.ToString();
           if (timed_out) error = "timed out after " + Fixed(budget_s, 0) + " s";
-          if (orphaned) error = "receiver(s) still running 90 s after the sender exited (killed)";
+          if (orphaned && error.empty())
+            error = "receiver(s) still running 90 s after the sender exited (killed)";
           if (error.empty() && result.is_object() && !result.value("ok", false))
             error = result.value("error", "sender failed");
           if (error.empty() && (failed > 0 || !result.is_object()))

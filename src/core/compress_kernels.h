@@ -50,7 +50,8 @@ void DecodeHalf(const uint16_t* in, const float* ref, float* out, size_t n, bool
 // of in[] / 127, so the difference lands on the grid a whole cast of in[]
 // would use, with that cast's error bound; a block whose difference does
 // not fit 127 steps of it is coded whole (q = round(in / scale)) and its
-// scale stored negated (-0.0 for a block of zeros).
+// scale stored negated (-0.0 for a block of zeros, or of subnormals whose
+// scale underflows).
 void EncodeInt8(const float* in, const float* ref, float* scales, int8_t* q, size_t n, size_t block,
                 bool value_scale = false);
 // The inverse; `value_scale` as the encoder's (a negative scale then marks

@@ -66,7 +66,10 @@ class AutoRouter {
   // message of kProbeMinBytes or more goes to the store to measure it (a
   // store transfer is the only source of that figure); then one goes inline
   // until the one-stream rate is known (on a link that is not LAN-like, only
-  // up to kInlineProbeMaxBytes: a slow stream is not risked for it).
+  // up to kInlineProbeMaxBytes: a slow stream is not risked for it, and only
+  // a send to one peer: an inline broadcast there measures only the
+  // sender's egress, so a broadcast goes to the store, whose rate is
+  // known; a party that only broadcasts keeps doing so).
   //
   // At most kMaxRateProbes messages per link (and path: a new one starts
   // again) probe the store so: on a link where each one is too short to

@@ -360,7 +360,8 @@ TEST(Compress, AnInt8DeltaOnTheValuesScaleKeepsAWholeCastsBound) {
   };
   CompressStats whole, diff_scale, value_scale;
   encode({.quant = Quant::kInt8}, &whole);
-  encode({.quant = Quant::kInt8, .delta = true}, &diff_scale);
+  EXPECT_EQ(TableOf(encode({.quant = Quant::kInt8, .delta = true}, &diff_scale))["v"], 1)
+      << "a table without the values' scale stays version 1";
   Message m = encode({.quant = Quant::kInt8, .delta = true, .value_scale = true}, &value_scale);
   const Json table = TableOf(m);
   EXPECT_EQ(table["v"], 2);
@@ -372,6 +373,16 @@ TEST(Compress, AnInt8DeltaOnTheValuesScaleKeepsAWholeCastsBound) {
       << value_scale.encoded_bytes << " vs " << whole.encoded_bytes;
   EXPECT_LT(value_scale.encoded_bytes * 2, diff_scale.encoded_bytes)
       << value_scale.encoded_bytes << " vs " << diff_scale.encoded_bytes;
+  // A version 1 table, or a "vs" that is no boolean, is refused.
+  for (auto edit : {+[](Json& j) { j["v"] = 1; }, +[](Json& j) { j["t"]["w"]["vs"] = 1; }}) {
+    Message bad = m;
+    Json j = table;
+    edit(j);
+    bad.params[kCodecParam] = j.dump();
+    Status s = DecompressMessage(
+        &bad, [&](int64_t) { return &held; }, o);
+    EXPECT_EQ(s.code(), StatusCode::kCorrupt) << j.dump().substr(0, 80) << ": " << s.ToString();
+  }
   ASSERT_TRUE(DecompressMessage(
                   &m, [&](int64_t) { return &held; }, o)
                   .ok());
