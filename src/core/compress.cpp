@@ -24,7 +24,7 @@ namespace {
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-// Version 2 adds int8 deltas on the values' scale ("vs"); a table without
+// Version 2 adds lossy deltas on the values' scale ("vs"); a table without
 // them is written as version 1, which every decoder reads.
 constexpr int kTableVersion = 1;
 constexpr int kValueScaleTableVersion = 2;
@@ -37,7 +37,7 @@ struct Layout {
   uint64_t elem = 1;  // bytes per input element
   Quant quant = Quant::kNone;
   bool delta = false;
-  bool value_scale = false;  // int8 delta on the values' scale (TensorRecipe)
+  bool value_scale = false;  // lossy delta on the values' scale (TensorRecipe)
   uint64_t block = 256;      // int8 values per scale
   uint64_t chunk_elems = 1;  // elements per chunk (the last may be fewer)
 
@@ -189,7 +189,7 @@ Layout MakeLayout(const Tensor& t, Quant quant, bool delta, bool value_scale,
   l.elems = t.nbytes() / l.elem;
   l.quant = quant;
   l.delta = delta;
-  l.value_scale = value_scale && delta && quant == Quant::kInt8;
+  l.value_scale = value_scale && delta && quant != Quant::kNone;
   l.block = std::clamp<uint64_t>(o.int8_block, 64, 4096);
   uint64_t ce = std::max<uint64_t>(1, std::max<uint64_t>(o.chunk_bytes, 64 << 10) / l.elem);
   if (quant == Quant::kInt8) ce = std::max(l.block, ce / l.block * l.block);
@@ -217,6 +217,9 @@ const uint8_t* EncodeStageOf(const Layout& l, const uint8_t* in, const uint8_t* 
     compress::EncodeInt8(fin, l.delta ? fref : nullptr, reinterpret_cast<float*>(w.a.data()),
                          reinterpret_cast<int8_t*>(w.a.data() + 4 * blocks), n, l.block,
                          l.value_scale);
+  } else if (l.value_scale) {
+    compress::EncodeHalfOnValues(fin, fref, reinterpret_cast<uint16_t*>(w.a.data()), n,
+                                 l.quant == Quant::kBF16);
   } else {
     compress::EncodeHalf(fin, l.delta ? fref : nullptr, reinterpret_cast<uint16_t*>(w.a.data()), n,
                          l.quant == Quant::kBF16);
@@ -234,6 +237,9 @@ void DequantizeStage(const Layout& l, const uint8_t* stage, const float* ref, fl
     compress::DecodeInt8(reinterpret_cast<const float*>(stage),
                          reinterpret_cast<const int8_t*>(stage + 4 * blocks), ref, out, n, l.block,
                          l.value_scale);
+  } else if (l.value_scale) {
+    compress::DecodeHalfOnValues(reinterpret_cast<const uint16_t*>(stage), ref, out, n,
+                                 l.quant == Quant::kBF16);
   } else {
     compress::DecodeHalf(reinterpret_cast<const uint16_t*>(stage), ref, out, n,
                          l.quant == Quant::kBF16);
@@ -376,9 +382,9 @@ Status ParseLayout(const Json& j, int64_t version, uint64_t data_bytes, const Co
       return Corrupt("codec table: bad int8 block size");
   }
   if (j.contains("vs")) {
-    if (version < kValueScaleTableVersion || !j["vs"].is_boolean() || l->quant != Quant::kInt8 ||
+    if (version < kValueScaleTableVersion || !j["vs"].is_boolean() || l->quant == Quant::kNone ||
         !l->delta)
-      return Corrupt("codec table: a values' scale without an int8 delta of a version 2 table");
+      return Corrupt("codec table: a values' scale without a lossy delta of a version 2 table");
     l->value_scale = j["vs"].get<bool>();
   }
   l->chunk_elems = j["ce"].get<uint64_t>();

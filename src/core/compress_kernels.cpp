@@ -176,6 +176,30 @@ void DecodeHalfOf(const uint16_t* in, const float* ref, float* out, size_t n) {
     out[i] = kRef ? ref[i] + v : v;
   }
 }
+// The casts' codes of in[] and ref[], their difference (mod 2^16) zigzag
+// coded: a value whose cast moved k codes becomes 2k (k >= 0) or -2k - 1,
+// so small moves either way leave the high byte 0.
+template <bool kBF16>
+void EncodeHalfOnValuesOf(const float* in, const float* ref, uint16_t* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t a = kBF16 ? ToBF16(in[i]) : ToF16(in[i]);
+    const uint16_t b = kBF16 ? ToBF16(ref[i]) : ToF16(ref[i]);
+    const auto d = static_cast<int16_t>(static_cast<uint16_t>(a - b));
+    out[i] =
+        static_cast<uint16_t>((static_cast<uint16_t>(d) << 1) ^ static_cast<uint16_t>(d >> 15));
+  }
+}
+
+template <bool kBF16>
+void DecodeHalfOnValuesOf(const uint16_t* in, const float* ref, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t z = in[i];
+    const auto d = static_cast<uint16_t>((z >> 1) ^ static_cast<uint16_t>(-(z & 1)));
+    const uint16_t b = kBF16 ? ToBF16(ref[i]) : ToF16(ref[i]);
+    const auto a = static_cast<uint16_t>(b + d);
+    out[i] = kBF16 ? FromBF16(a) : FromF16(a);
+  }
+}
 }  // namespace
 
 bool FiniteAbsMax(const float* x, size_t n, float* absmax) {
@@ -205,6 +229,14 @@ void DecodeHalf(const uint16_t* in, const float* ref, float* out, size_t n, bool
   } else {
     ref ? DecodeHalfOf<true, false>(in, ref, out, n) : DecodeHalfOf<false, false>(in, ref, out, n);
   }
+}
+
+void EncodeHalfOnValues(const float* in, const float* ref, uint16_t* out, size_t n, bool bf16) {
+  bf16 ? EncodeHalfOnValuesOf<true>(in, ref, out, n) : EncodeHalfOnValuesOf<false>(in, ref, out, n);
+}
+
+void DecodeHalfOnValues(const uint16_t* in, const float* ref, float* out, size_t n, bool bf16) {
+  bf16 ? DecodeHalfOnValuesOf<true>(in, ref, out, n) : DecodeHalfOnValuesOf<false>(in, ref, out, n);
 }
 
 void EncodeInt8(const float* in, const float* ref, float* scales, int8_t* q, size_t n, size_t block,

@@ -402,6 +402,49 @@ TEST(Compress, AnInt8DeltaOnTheValuesScaleKeepsAWholeCastsBound) {
   EXPECT_GT(moved, 512u);  // not just the whole blocks: changes reach the receiver
 }
 
+// bf16 and fp16 deltas on the values' scale send how many codes each
+// value's cast moved from the reference's: the receiver gets the whole
+// cast of the new values bit for bit, in fewer bytes than the cast whole
+// or the cast of the difference, whatever its reference (a cast of the
+// last model, or values no cast would give, far or of the other sign).
+TEST(Compress, AHalfDeltaOnTheValuesScaleDecodesToTheWholeCast) {
+  const size_t n = 1 << 18;
+  const std::vector<float> model = Weights(n, 71);
+  const CompressOptions o = SmallChunks(2);
+  for (Quant q : {Quant::kBF16, Quant::kFP16}) {
+    Message cast;
+    cast.tensors.emplace("w", TensorOf(DType::kF32, model));
+    ASSERT_TRUE(CompressMessage(&cast, {.quant = q}, o).ok());
+    ASSERT_TRUE(DecompressMessage(&cast, nullptr, o).ok());
+    std::vector<float> ref(Floats(cast.tensors.at("w")), Floats(cast.tensors.at("w")) + n);
+    for (size_t i = 0; i < 1000; ++i) ref[i] = -3 * ref[i] + 1e-7f;  // far, not a cast
+    TensorMap held;
+    held.emplace("w", TensorOf(DType::kF32, ref));
+    const std::vector<float> next = Stepped(model, 73, 1e-4f);
+    auto encode = [&](const TensorRecipe& r, CompressStats* st) {
+      Message m;
+      m.tensors.emplace("w", TensorOf(DType::kF32, next));
+      EXPECT_TRUE(CompressMessage(&m, r, o, &held, 3, st).ok());
+      return m;
+    };
+    CompressStats whole_st, diff_st, values_st;
+    Message whole = encode({.quant = q}, &whole_st);
+    encode({.quant = q, .delta = true}, &diff_st);
+    Message m = encode({.quant = q, .delta = true, .value_scale = true}, &values_st);
+    EXPECT_EQ(TableOf(m)["v"], 2);
+    EXPECT_EQ(TableOf(m)["t"]["w"]["vs"], true);
+    EXPECT_LT(values_st.encoded_bytes * 2, whole_st.encoded_bytes)
+        << QuantName(q) << ": " << values_st.encoded_bytes << " vs " << whole_st.encoded_bytes;
+    EXPECT_LT(values_st.encoded_bytes * 2, diff_st.encoded_bytes)
+        << QuantName(q) << ": " << values_st.encoded_bytes << " vs " << diff_st.encoded_bytes;
+    ASSERT_TRUE(DecompressMessage(&whole, nullptr, o).ok());
+    ASSERT_TRUE(DecompressMessage(
+                    &m, [&](int64_t) { return &held; }, o)
+                    .ok());
+    EXPECT_TRUE(SameBytes(m.tensors.at("w"), whole.tensors.at("w"))) << QuantName(q);
+  }
+}
+
 // int8 rounds x / scale to the nearest integer, ties to even: with the
 // block's absmax 127 the scale is 1, so the halves show the rounding.
 TEST(Compress, Int8RoundsHalvesToEven) {

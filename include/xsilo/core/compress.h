@@ -64,11 +64,14 @@ struct TensorRecipe {
   // 0: off. With error feedback (CompressMessage's `residual`) what is
   // dropped is added to the next update instead of lost.
   double topk = 0;
-  // An int8 delta quantized on the values' own scale (their block absmax
-  // / 127), not the difference's: a next model, whose receivers need it
-  // within the bound of a whole int8 cast of it, not of the change. Most
-  // changes then round to a few small codes, which zstd packs tightly; a
-  // block whose change exceeds 127 steps goes whole. Not with top-k.
+  // A lossy delta on the values' own scale, not the difference's: for a
+  // next model, whose receivers need it within the bound of a whole cast
+  // of it, not of the change. int8 quantizes the difference with the
+  // values' block scale (absmax / 127; a block whose change exceeds 127
+  // steps goes whole); bf16 and fp16 send how many codes each value's
+  // cast moved from the reference's cast, and decode to the whole cast
+  // exactly. Most values keep their code or move by one, which zstd packs
+  // tightly. Not with top-k.
   bool value_scale = false;
 };
 
@@ -149,7 +152,8 @@ void AddDifference(const float* update, const float* ours, const float* cast, fl
 // For a delta, x is the difference from the reference, and the sum
 // reference + decoded difference adds at most half an ulp of the result;
 // for an int8 delta on the values' scale (TensorRecipe::value_scale)
-// block_absmax is that of the values.
+// block_absmax is that of the values; a bf16 or fp16 one decodes to the
+// whole cast of the value x exactly (its bound, and no more).
 double QuantErrorBound(Quant q, float x, float block_absmax);
 
 // Estimated cost of a recipe on a payload, from a sample of its chunks.

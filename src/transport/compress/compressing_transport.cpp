@@ -356,7 +356,7 @@ class CompressingTransport final : public ForwardingTransport {
     r.zstd = true;
     r.delta = delta;
     if (delta && update) r.topk = policy_.topk;
-    r.value_scale = delta && !update && r.quant == Quant::kInt8;
+    r.value_scale = delta && !update && r.quant != Quant::kNone;
     return r;
   }
 
@@ -438,9 +438,9 @@ class CompressingTransport final : public ForwardingTransport {
       if (delta ? !delta_too : !whole) continue;
       recipes.push_back({Quant::kNone, true, delta});
       if (policy_.allowed != Quant::kNone && (delta || !update)) {
-        // A next model's int8 delta need only be as exact as a whole cast
+        // A next model's lossy delta need only be as exact as a whole cast
         // of it (TensorRecipe::value_scale).
-        const bool value_scale = delta && !update && policy_.allowed == Quant::kInt8;
+        const bool value_scale = delta && !update;
         recipes.push_back({policy_.allowed, false, delta, 0, value_scale});
         recipes.push_back({policy_.allowed, true, delta, 0, value_scale});
       }
