@@ -123,7 +123,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Top-k of a delta: its frames decode like any delta's, so they are
   // mutated like them.
   if (recipe.delta && (data[1] & 0x40)) recipe.topk = 0.25;
-  // Bit 7: an int8 delta on the values' scale (a no-op for other recipes).
+  // Bit 7: a lossy delta on the values' scale (a no-op for lossless ones).
   recipe.value_scale = recipe.delta && recipe.topk == 0 && (data[1] & 0x80);
   const DType dtype =
       recipe.quant != xsilo::Quant::kNone ? DType::kF32 : kDTypes[(recipe_byte >> 4) & 3];

@@ -159,16 +159,21 @@ bool FiniteScan(const float* x, const float* ref, const float* err, uint64_t n, 
 }
 
 // The quantization a tensor can take: lossy needs finite values (and the
-// half range for fp16, else bf16).
+// half range for fp16, else bf16: of the difference for a delta, of the
+// values too for one on the values' scale, which casts them).
 Quant QuantFor(const Tensor& t, const Tensor* ref, Quant want, int threads,
-               const float* err = nullptr) {
+               const float* err = nullptr, bool value_scale = false) {
   if (want == Quant::kNone || !EligibleLossy(t)) return Quant::kNone;
+  const float* x = reinterpret_cast<const float*>(t.data.data());
   float amax = 0;
-  if (!FiniteScan(reinterpret_cast<const float*>(t.data.data()),
-                  ref ? reinterpret_cast<const float*>(ref->data.data()) : nullptr, err,
+  if (!FiniteScan(x, ref ? reinterpret_cast<const float*>(ref->data.data()) : nullptr, err,
                   t.nbytes() / 4, threads, &amax))
     return Quant::kNone;
   if (want == Quant::kFP16 && amax > compress::kHalfMax) return Quant::kBF16;
+  if (want == Quant::kFP16 && ref && value_scale &&
+      (!FiniteScan(x, nullptr, nullptr, t.nbytes() / 4, threads, &amax) ||
+       amax > compress::kHalfMax))
+    return Quant::kBF16;
   return want;
 }
 
@@ -561,7 +566,8 @@ Status CompressMessage(Message* m, const TensorRecipe& recipe, const CompressOpt
                                                 reinterpret_cast<const float*>(ref->data.data()),
                                                 topk->err_in, t.nbytes() / 4, recipe.topk);
     }
-    const Quant q = QuantFor(t, ref, recipe.quant, options.threads, topk ? topk->err_in : nullptr);
+    const Quant q = QuantFor(t, ref, recipe.quant, options.threads, topk ? topk->err_in : nullptr,
+                             recipe.value_scale && !topk);
     if (q == Quant::kNone && !recipe.zstd && !topk) continue;  // nothing to do for it
     const Layout l = MakeLayout(t, q, ref != nullptr, recipe.value_scale && !topk, options);
     Tensor enc;

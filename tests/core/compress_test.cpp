@@ -443,6 +443,23 @@ TEST(Compress, AHalfDeltaOnTheValuesScaleDecodesToTheWholeCast) {
                     .ok());
     EXPECT_TRUE(SameBytes(m.tensors.at("w"), whole.tensors.at("w"))) << QuantName(q);
   }
+  // A value beyond fp16's range, whose difference from the reference is
+  // within it: cast on the values' scale, it goes bf16 (fp16 would be inf).
+  std::vector<float> big = model, big_ref = model;
+  big[7] = 70000.0f;
+  big_ref[7] = 69990.0f;
+  TensorMap held;
+  held.emplace("w", TensorOf(DType::kF32, big_ref));
+  Message m;
+  m.tensors.emplace("w", TensorOf(DType::kF32, big));
+  ASSERT_TRUE(
+      CompressMessage(&m, {.quant = Quant::kFP16, .delta = true, .value_scale = true}, o, &held, 3)
+          .ok());
+  EXPECT_EQ(TableOf(m)["t"]["w"]["q"], "bf16");
+  ASSERT_TRUE(DecompressMessage(
+                  &m, [&](int64_t) { return &held; }, o)
+                  .ok());
+  EXPECT_NEAR(Floats(m.tensors.at("w"))[7], 70000.0f, 70000.0 * 0x1p-8);
 }
 
 // int8 rounds x / scale to the nearest integer, ties to even: with the
