@@ -153,10 +153,10 @@ AutoChoice AutoRouter::Choose(const std::vector<int32_t>& peers, uint64_t bytes,
                peers.size() > 1 && store_available) {
       // An inline broadcast times only the sender's egress (its copies
       // share it), never one stream: it would probe again at every one.
-      // On the geo-distributed job the clients' 3.4 MB int8 model deltas
-      // went inline to seven, one copy after another through the server's
-      // egress, in 5.7-6.0 s each round, where the 67 MB model had reached
-      // the farthest client from the store in 5.2 s.
+      // On the geo-distributed job the server's 3.4 MB int8 model deltas
+      // went inline to seven clients, their copies sharing its egress, in
+      // 5.7-6.0 s each round, where the 67 MB model had reached the
+      // farthest client from the store in 5.2 s.
       probe.path = AutoPath::kStore;
       probe.reason = "store: a broadcast to " + std::to_string(peers.size()) + " receivers (" +
                      rtt + "): the store's rate is measured, one stream's is not";

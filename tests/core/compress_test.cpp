@@ -122,6 +122,27 @@ Json TableOf(const Message& m) {
   return Json::parse(std::get<std::string>(m.params.at(kCodecParam)));
 }
 
+// What receivers hold of `model` sent as a whole cast by `q`: its decoded
+// values.
+std::vector<float> DecodedCast(const std::vector<float>& model, Quant q, const CompressOptions& o) {
+  Message cast;
+  cast.tensors.emplace("w", TensorOf(DType::kF32, model));
+  EXPECT_TRUE(CompressMessage(&cast, {.quant = q}, o).ok());
+  EXPECT_TRUE(DecompressMessage(&cast, nullptr, o).ok());
+  const float* v = Floats(cast.tensors.at("w"));
+  return std::vector<float>(v, v + model.size());
+}
+
+// `values` as tensor "w", encoded by `r` against `held` (reference `key`).
+Message EncodedAgainst(const std::vector<float>& values, const TensorRecipe& r,
+                       const CompressOptions& o, const TensorMap& held, int64_t key,
+                       CompressStats* st) {
+  Message m;
+  m.tensors.emplace("w", TensorOf(DType::kF32, values));
+  EXPECT_TRUE(CompressMessage(&m, r, o, &held, key, st).ok());
+  return m;
+}
+
 TEST(Compress, LosslessRoundTripOfEveryDTypeIsBitExact) {
   for (int threads : {1, 3}) {
     Message m;
@@ -342,21 +363,14 @@ TEST(Compress, AnInt8DeltaOnTheValuesScaleKeepsAWholeCastsBound) {
   const std::vector<float> model = Weights(n, 61);
   CompressOptions o = SmallChunks(2);
   // What the receivers hold: their decoded int8 cast of the last model.
-  Message cast;
-  cast.tensors.emplace("w", TensorOf(DType::kF32, model));
-  ASSERT_TRUE(CompressMessage(&cast, {.quant = Quant::kInt8}, o).ok());
-  ASSERT_TRUE(DecompressMessage(&cast, nullptr, o).ok());
   TensorMap held;
-  held.emplace("w", cast.tensors.at("w"));
+  held.emplace("w", TensorOf(DType::kF32, DecodedCast(model, Quant::kInt8, o)));
   const float* h = Floats(held.at("w"));
   std::vector<float> next = Stepped(model, 67, 2e-4f);     // a round's change
   for (size_t i = 512; i < 768; ++i) next[i] = -2 * h[i];  // block 2: beyond 127 steps
   for (size_t i = 1024; i < 1280; ++i) next[i] = 0;        // block 4: all zero
   auto encode = [&](const TensorRecipe& r, CompressStats* st) {
-    Message m;
-    m.tensors.emplace("w", TensorOf(DType::kF32, next));
-    EXPECT_TRUE(CompressMessage(&m, r, o, &held, 9, st).ok());
-    return m;
+    return EncodedAgainst(next, r, o, held, 9, st);
   };
   CompressStats whole, diff_scale, value_scale;
   encode({.quant = Quant::kInt8}, &whole);
@@ -412,20 +426,13 @@ TEST(Compress, AHalfDeltaOnTheValuesScaleDecodesToTheWholeCast) {
   const std::vector<float> model = Weights(n, 71);
   const CompressOptions o = SmallChunks(2);
   for (Quant q : {Quant::kBF16, Quant::kFP16}) {
-    Message cast;
-    cast.tensors.emplace("w", TensorOf(DType::kF32, model));
-    ASSERT_TRUE(CompressMessage(&cast, {.quant = q}, o).ok());
-    ASSERT_TRUE(DecompressMessage(&cast, nullptr, o).ok());
-    std::vector<float> ref(Floats(cast.tensors.at("w")), Floats(cast.tensors.at("w")) + n);
+    std::vector<float> ref = DecodedCast(model, q, o);
     for (size_t i = 0; i < 1000; ++i) ref[i] = -3 * ref[i] + 1e-7f;  // far, not a cast
     TensorMap held;
     held.emplace("w", TensorOf(DType::kF32, ref));
     const std::vector<float> next = Stepped(model, 73, 1e-4f);
     auto encode = [&](const TensorRecipe& r, CompressStats* st) {
-      Message m;
-      m.tensors.emplace("w", TensorOf(DType::kF32, next));
-      EXPECT_TRUE(CompressMessage(&m, r, o, &held, 3, st).ok());
-      return m;
+      return EncodedAgainst(next, r, o, held, 3, st);
     };
     CompressStats whole_st, diff_st, values_st;
     Message whole = encode({.quant = q}, &whole_st);
