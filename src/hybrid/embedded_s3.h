@@ -47,9 +47,9 @@ class EmbeddedS3 {
   static constexpr const char* kBucket = "xsilo";
   // The smallest part (but the last) of a multipart upload it accepts:
   // below S3's 5 MiB, so that a credential-less party's upload of a few
-  // tens of MB still runs over all its connections (HybridOptions::
+  // MB still runs over all its connections (HybridOptions::
   // min_part_bytes, which grants carry).
-  static constexpr uint64_t kMinPartBytes = 256 << 10;
+  static constexpr uint64_t kMinPartBytes = 64 << 10;
 
  private:
   EmbeddedS3() = default;

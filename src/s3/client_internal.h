@@ -240,6 +240,14 @@ void SetTransferOptions(CURL* h, Transfer* t, char* errbuf);
 // jittered into [half, full].
 void SleepBeforeRetry(std::chrono::milliseconds base, int attempt);
 
+// The smallest and largest range of a parallel download (size /
+// connections within these). The floor is small: on a long link one
+// connection carries little (Bahrain's measured 6.9 MB/s), so an object of
+// a few MiB is fetched fastest over every connection at once, and a
+// range's request costs a round trip either way.
+constexpr uint64_t kMinRangeBytes = 64 << 10;
+constexpr uint64_t kMaxRangeBytes = 64ull << 20;
+
 // A ranged GET of bytes [start, start + len) that survives cuts: `request`
 // asks for [from, from + n) and reports what arrived in its Reply; after a
 // failure the next request resumes where the bytes stopped, up to

@@ -94,7 +94,7 @@ Result<DownloadObjectResult> S3Client::DownloadObject(const DownloadObjectArgs& 
     uint64_t range = args.range_size;
     if (range == 0) {
       range = (size + args.connections - 1) / args.connections;
-      range = std::clamp<uint64_t>(range, 1ull << 20, 64ull << 20);
+      range = std::clamp<uint64_t>(range, kMinRangeBytes, kMaxRangeBytes);
     }
     const uint64_t n_ranges = (size + range - 1) / range;
     out.ranges = n_ranges;

@@ -143,36 +143,55 @@ Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
   }
   const uint64_t size = args.size;
   uint64_t range = (size + args.connections - 1) / args.connections;
-  range = std::clamp<uint64_t>(range, 1ull << 20, 64ull << 20);
+  range = std::clamp<uint64_t>(range, kMinRangeBytes, kMaxRangeBytes);
   const uint64_t block = args.block_bytes;
+  // Ranges smaller than a block (an object of less than a block per
+  // connection) are size / connections as well: each block is checked by
+  // the thread that brings the last of the ranges it overlaps.
+  bool sub_block = false;
   if (block > 0) {
     if (args.block_sums.size() != (size + block - 1) / block) {
       return InvalidArgument("HttpGetUrlRanges: " + std::to_string(args.block_sums.size()) +
                              " block checksums for " + std::to_string(size) +
                              " bytes in blocks of " + std::to_string(block));
     }
-    range = (range + block - 1) / block * block;  // whole blocks
+    sub_block = range < block;
+    if (!sub_block) range = (range + block - 1) / block * block;  // whole blocks
   }
   const uint64_t n_ranges = (size + range - 1) / range;
   out.ranges = n_ranges;
   std::atomic<uint64_t> retries{0};
   uint8_t* base = out.data.mutable_data();
+  auto corrupt_block = [&](uint64_t first) {
+    return Corrupt("bytes " + std::to_string(first) + "-" +
+                   std::to_string(first + std::min(block, size - first) - 1) +
+                   " failed their block checksum");
+  };
+  auto block_ok = [&](uint64_t first) {
+    const uint64_t n = std::min(block, size - first);
+    return Checksum(std::span<const uint8_t>(base + first, n)) == args.block_sums[first / block];
+  };
+  // Sub-block ranges: per block, how many ranges that overlap it are
+  // still coming.
+  std::vector<std::atomic<uint64_t>> ranges_left(sub_block ? args.block_sums.size() : 0);
+  for (uint64_t i = 0; sub_block && i < n_ranges; ++i) {
+    const uint64_t last = std::min(size, (i + 1) * range) - 1;
+    for (uint64_t b = i * range / block; b <= last / block; ++b) ranges_left[b].fetch_add(1);
+  }
   auto fetch_range = [&](uint64_t i, const std::atomic<bool>& failed) -> Status {
     const uint64_t start = i * range;
     const uint64_t len = std::min(range, size - start);
-    // Each block is hashed as soon as its last byte is in, while it is
-    // still in cache, on this range's thread: the check runs alongside the
-    // transfer instead of after it. [start, checked) is checked.
+    // Whole-block ranges: each block is hashed as soon as its last byte is
+    // in, while it is still in cache, on this range's thread: the check
+    // runs alongside the transfer instead of after it. [start, checked) is
+    // checked.
     uint64_t checked = start;
     std::optional<uint64_t> bad;  // first block that failed
     auto check_to = [&](uint64_t end) {
-      while (block > 0 && !bad && checked < start + len) {
+      while (block > 0 && !sub_block && !bad && checked < start + len) {
         const uint64_t n = std::min(block, size - checked);
         if (checked + n > end) break;
-        if (Checksum(std::span<const uint8_t>(base + checked, n)) !=
-            args.block_sums[checked / block]) {
-          bad = checked;
-        }
+        if (!block_ok(checked)) bad = checked;
         checked += n;
       }
     };
@@ -185,18 +204,24 @@ Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
       c.dest = base + from;
       c.dest_capacity = n;
       c.expect_status = 206;
-      if (block > 0) c.on_data = [&, from](uint64_t received) { check_to(from + received); };
+      if (block > 0 && !sub_block) {
+        c.on_data = [&, from](uint64_t received) { check_to(from + received); };
+      }
       return PlainTransfer(c, args.timeout, args.tls, r);
     };
     Status fetched = FetchRangeResuming(start, len, args.max_range_retries, args.retry_base_delay,
                                         failed, &retries, request);
     if (!fetched.ok()) return fetched;
-    check_to(start + len);
-    if (bad) {
-      return Corrupt("bytes " + std::to_string(*bad) + "-" +
-                     std::to_string(*bad + std::min(block, size - *bad) - 1) +
-                     " failed their block checksum");
+    if (sub_block) {
+      for (uint64_t b = start / block; b <= (start + len - 1) / block; ++b) {
+        if (ranges_left[b].fetch_sub(1) == 1 && !block_ok(b * block)) {
+          return corrupt_block(b * block);
+        }
+      }
+      return Status::OK();
     }
+    check_to(start + len);
+    if (bad) return corrupt_block(*bad);
     return Status::OK();
   };
   Status st = ParallelForEach(n_ranges, args.connections, fetch_range);

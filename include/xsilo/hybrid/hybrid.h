@@ -39,7 +39,7 @@ struct HybridOptions {
   std::chrono::seconds presign_expiry{3600};
   // Backend key "connections": parallel connections a party without
   // storage access uses for presigned transfers: ranged GETs of an object
-  // (ranges of at least 1 MiB) and the parts of a grant upload (at least
+  // (ranges of at least 64 KiB) and the parts of a grant upload (at least
   // min_part_bytes each). On a long link one TCP connection is
   // window-bound, so filling it takes many. Default 32.
   int url_connections = 32;
@@ -47,9 +47,9 @@ struct HybridOptions {
   // multipart upload that the store accepts. Grants carry it, so a
   // credential-less party cuts an upload into up to url_connections parts
   // of at least this size. Default 5 MiB (S3's rule); the embedded object
-  // server accepts 256 KiB (EmbeddedS3::kMinPartBytes), and is told so,
-  // so that a compressed update of a few tens of MB still goes up over
-  // every connection rather than a handful.
+  // server accepts 64 KiB (EmbeddedS3::kMinPartBytes), and is told so,
+  // so that a compressed update of a few MB still goes up over every
+  // connection rather than a handful.
   uint64_t min_part_bytes = 5ull << 20;
   // Store key "ca_file": PEM roots that verify an https object server for
   // the presigned transfers (the connector takes the same key). Default "":

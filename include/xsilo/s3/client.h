@@ -240,8 +240,8 @@ struct DownloadObjectArgs {
   std::string key;
   // Connections fetching ranges at once (bounded by max_connections). Default 8.
   int connections = 8;
-  // Range size; 0 (default) means size / connections, at least 1 MiB and at
-  // most 64 MiB.
+  // Range size; 0 (default) means size / connections, at least 64 KiB and
+  // at most 64 MiB.
   uint64_t range_size = 0;
   // Attempts per range after the first; each resumes at the first byte not
   // yet received. Default 5.
@@ -351,11 +351,13 @@ struct UrlDownloadArgs {
   // another faults in no fresh memory after the first. Not owned.
   BufferPool* pool = nullptr;
   // When block_bytes > 0: the object's BlockChecksums at that block size
-  // (one per block, all of them). Ranges are then whole blocks, and each
-  // range is checked right after it arrived, on its own connection's
-  // thread, while the other ranges are still coming: a range whose bytes
-  // fail fails the download with Corrupt, and no second pass over the
-  // whole object is needed. Not owned.
+  // (one per block, all of them). Each block is checked as soon as its
+  // last byte arrived, on the thread that brought it, while the other
+  // ranges are still coming: a block whose bytes fail fails the download
+  // with Corrupt, and no second pass over the whole object is needed.
+  // Ranges (size / connections, at least 64 KiB) are whole blocks, but
+  // for an object of less than a block per connection (a block is then
+  // checked when the last range that overlaps it is in). Not owned.
   uint64_t block_bytes = 0;
   std::span<const uint64_t> block_sums;
   UrlTlsOptions tls;
