@@ -204,8 +204,10 @@ Layout MakeLayout(const Tensor& t, Quant quant, bool delta, bool value_scale,
 
 // Stage 1 + 2 of chunk i into w.a (or a pointer into the input when there
 // is nothing to do); returns the stage bytes and their checksum's subject.
+// An int8 stage also says in *finite whether its differences were all
+// finite (if not, its bytes are unusable: the tensor must go lossless).
 const uint8_t* EncodeStageOf(const Layout& l, const uint8_t* in, const uint8_t* ref, uint64_t n,
-                             Worker& w, uint64_t* sum) {
+                             Worker& w, uint64_t* sum, bool* finite = nullptr) {
   const uint64_t sb = l.StageBytes(n);
   const float* fin = reinterpret_cast<const float*>(in);
   const float* fref = reinterpret_cast<const float*>(ref);
@@ -219,9 +221,10 @@ const uint8_t* EncodeStageOf(const Layout& l, const uint8_t* in, const uint8_t* 
   w.a.resize(sb);
   if (l.quant == Quant::kInt8) {
     const uint64_t blocks = (n + l.block - 1) / l.block;
-    compress::EncodeInt8(fin, l.delta ? fref : nullptr, reinterpret_cast<float*>(w.a.data()),
-                         reinterpret_cast<int8_t*>(w.a.data() + 4 * blocks), n, l.block,
-                         l.value_scale);
+    const bool all_finite = compress::EncodeInt8(
+        fin, l.delta ? fref : nullptr, reinterpret_cast<float*>(w.a.data()),
+        reinterpret_cast<int8_t*>(w.a.data() + 4 * blocks), n, l.block, l.value_scale);
+    if (finite) *finite = all_finite;
   } else if (l.value_scale) {
     compress::EncodeHalfOnValues(fin, fref, reinterpret_cast<uint16_t*>(w.a.data()), n,
                                  l.quant == Quant::kBF16);
@@ -254,9 +257,9 @@ void DequantizeStage(const Layout& l, const uint8_t* stage, const float* ref, fl
 // With top-k, the stage encodes the sparsified target (the chunk's first
 // value is element `first` of the tensor) and the residual is written.
 const uint8_t* EncodeStage(const Layout& l, const uint8_t* in, const uint8_t* ref, uint64_t n,
-                           Worker& w, uint64_t* sum, const TopK* topk = nullptr,
-                           uint64_t first = 0) {
-  if (!topk) return EncodeStageOf(l, in, ref, n, w, sum);
+                           Worker& w, uint64_t* sum, const TopK* topk = nullptr, uint64_t first = 0,
+                           bool* finite = nullptr) {
+  if (!topk) return EncodeStageOf(l, in, ref, n, w, sum, finite);
   const float* x = reinterpret_cast<const float*>(in);
   const float* fref = reinterpret_cast<const float*>(ref);
   const float* err = topk->err_in ? topk->err_in + first : nullptr;
@@ -277,10 +280,13 @@ const uint8_t* EncodeStage(const Layout& l, const uint8_t* in, const uint8_t* re
   return stage;
 }
 
-// Encodes one tensor; false in *encoded when it did not get smaller.
+// Encodes one tensor; false in *encoded when it did not get smaller. An
+// int8 layout (without top-k, whose inputs were checked) checks the
+// values as it goes: `nonfinite` (required then) is set, and nothing is
+// encoded, when a difference was not finite.
 Status EncodeTensor(const Tensor& t, const Tensor* ref, const Layout& l, bool zstd,
                     const CompressOptions& o, Tensor* encoded, std::vector<ChunkRec>* recs,
-                    bool* smaller, const TopK* topk = nullptr) {
+                    bool* smaller, const TopK* topk = nullptr, bool* nonfinite = nullptr) {
   const uint64_t chunks = l.chunks();
   const uint64_t slot = ZSTD_compressBound(l.StageBytes(l.chunk_elems));
   XSILO_ASSIGN_OR_RETURN(Buffer out, Buffer::Allocate(std::max<uint64_t>(1, chunks * slot)));
@@ -290,13 +296,19 @@ Status EncodeTensor(const Tensor& t, const Tensor* ref, const Layout& l, bool zs
   const uint8_t* base = t.data.data();
   const uint8_t* rbase = ref ? ref->data.data() : nullptr;
   uint8_t* dst = out.mutable_data();
-  XSILO_RETURN_IF_ERROR(ParallelFor(chunks, workers, [&](uint64_t i, int wi) -> Status {
+  std::atomic<bool> bad_values{false};
+  Status encoded_all = ParallelFor(chunks, workers, [&](uint64_t i, int wi) -> Status {
     Worker& w = ws[static_cast<size_t>(wi)];
     const uint64_t n = l.ChunkElems(i);
     const uint64_t off = i * l.chunk_elems * l.elem;
     ChunkRec& rec = (*recs)[i];
+    bool finite = true;
     const uint8_t* stage = EncodeStage(l, base + off, rbase ? rbase + off : nullptr, n, w, &rec.sum,
-                                       topk, i * l.chunk_elems);
+                                       topk, i * l.chunk_elems, &finite);
+    if (!finite) {
+      bad_values = true;
+      return Cancelled("a difference is not finite");  // stops the other chunks
+    }
     const uint64_t sb = l.StageBytes(n);
     uint8_t* slot_dst = dst + i * slot;
     if (zstd) {
@@ -320,7 +332,14 @@ Status EncodeTensor(const Tensor& t, const Tensor* ref, const Layout& l, bool zs
     rec.len = sb;
     rec.z = false;
     return Status::OK();
-  }));
+  });
+  if (bad_values) {
+    if (!nonfinite) return Internal("non-finite values reached an int8 encode");
+    *nonfinite = true;
+    *smaller = false;
+    return Status::OK();
+  }
+  XSILO_RETURN_IF_ERROR(encoded_all);
   uint64_t total = 0;
   for (uint64_t i = 0; i < chunks; ++i) {
     if (total != i * slot) std::memmove(dst + total, dst + i * slot, (*recs)[i].len);
@@ -566,16 +585,28 @@ Status CompressMessage(Message* m, const TensorRecipe& recipe, const CompressOpt
                                                 reinterpret_cast<const float*>(ref->data.data()),
                                                 topk->err_in, t.nbytes() / 4, recipe.topk);
     }
-    const Quant q = QuantFor(t, ref, recipe.quant, options.threads, topk ? topk->err_in : nullptr,
+    // int8 (without top-k) checks that the values are finite as it
+    // encodes them, and the tensor goes lossless after if they are not;
+    // the other casts need a scan first (fp16 its range too).
+    const bool checked_in_encode = recipe.quant == Quant::kInt8 && !topk && EligibleLossy(t);
+    Quant q = checked_in_encode
+                  ? Quant::kInt8
+                  : QuantFor(t, ref, recipe.quant, options.threads, topk ? topk->err_in : nullptr,
                              recipe.value_scale && !topk);
     if (q == Quant::kNone && !recipe.zstd && !topk) continue;  // nothing to do for it
-    const Layout l = MakeLayout(t, q, ref != nullptr, recipe.value_scale && !topk, options);
+    Layout l = MakeLayout(t, q, ref != nullptr, recipe.value_scale && !topk, options);
     Tensor enc;
     std::vector<ChunkRec> recs;
-    bool smaller = false;
+    bool smaller = false, nonfinite = false;
     XSILO_RETURN_IF_ERROR(EncodeTensor(t, ref, l, recipe.zstd, options, &enc, &recs, &smaller,
-                                       topk ? &*topk : nullptr)
+                                       topk ? &*topk : nullptr, &nonfinite)
                               .WithContext("compressing tensor '" + name + "'"));
+    if (nonfinite) {  // as QuantFor would have said: lossless
+      if (!recipe.zstd) continue;
+      l = MakeLayout(t, Quant::kNone, ref != nullptr, false, options);
+      XSILO_RETURN_IF_ERROR(EncodeTensor(t, ref, l, recipe.zstd, options, &enc, &recs, &smaller)
+                                .WithContext("compressing tensor '" + name + "'"));
+    }
     if (!smaller) continue;  // sent whole: its residual stays as it was
     if (topk && residual) {
       XSILO_ASSIGN_OR_RETURN((*residual)[name], Tensor::Make(t.dtype, t.shape, std::move(err_out)));

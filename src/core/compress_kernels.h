@@ -50,8 +50,10 @@ void DecodeHalf(const uint16_t* in, const float* ref, float* out, size_t n, bool
 
 // Blockwise int8 of in[i] - ref[i] (ref may be null): per block of `block`
 // values (the last may be shorter) one float scale absmax / 127 into
-// scales[b], then q[i] = round(x / scale). Non-finite input is not
-// accepted (FiniteAbsMax first).
+// scales[b], then q[i] = round(x / scale). Returns whether every
+// difference (every value, without ref) was finite, which also says that
+// every value and reference was; when not, the output is unusable (the
+// tensor must go lossless), so no separate finite scan is needed first.
 //
 // `value_scale` (with a ref): the scale is that of the values, the absmax
 // of in[] / 127, so the difference lands on the grid a whole cast of in[]
@@ -59,7 +61,7 @@ void DecodeHalf(const uint16_t* in, const float* ref, float* out, size_t n, bool
 // not fit 127 steps of it is coded whole (q = round(in / scale)) and its
 // scale stored negated (-0.0 for a block of zeros, or of subnormals whose
 // scale underflows).
-void EncodeInt8(const float* in, const float* ref, float* scales, int8_t* q, size_t n, size_t block,
+bool EncodeInt8(const float* in, const float* ref, float* scales, int8_t* q, size_t n, size_t block,
                 bool value_scale = false);
 // The inverse; `value_scale` as the encoder's (a negative scale then marks
 // a block coded whole, which ignores ref).
