@@ -204,6 +204,9 @@ struct Reply {
   Buffer body;
   std::string text;
   uint64_t received = 0;
+  // Seconds from the request sent to the first byte of the response (a
+  // round trip plus the server's time), where the transport measured it.
+  double first_byte_s = -1;
   const std::string* Header(std::string_view name) const {
     for (const auto& [k, v] : headers) {
       if (k == name) return &v;
@@ -241,12 +244,12 @@ void SetTransferOptions(CURL* h, Transfer* t, char* errbuf);
 void SleepBeforeRetry(std::chrono::milliseconds base, int attempt);
 
 // The smallest and largest range of a parallel download (size /
-// connections within these). The floor is small: on a long link one
-// connection carries little (Bahrain's measured 6.9 MB/s), so an object of
-// a few MiB is fetched fastest over every connection at once, and a
-// range's request costs a round trip either way.
-constexpr uint64_t kMinRangeBytes = 64 << 10;
+// connections within these).
+constexpr uint64_t kMinRangeBytes = 1 << 20;
 constexpr uint64_t kMaxRangeBytes = 64ull << 20;
+// A server whose responses come this long after their requests is across
+// a long link (the round trip the auto backend calls long, docs/auto.md).
+constexpr double kLongLinkFirstByteS = 0.020;
 
 // A ranged GET of bytes [start, start + len) that survives cuts: `request`
 // asks for [from, from + n) and reports what arrived in its Reply; after a

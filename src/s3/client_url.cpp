@@ -1,4 +1,6 @@
 // Credential-less transfers to presigned URLs: plain, ranged and in parts.
+#include <map>
+
 #include "s3/client_internal.h"
 
 namespace xsilo {
@@ -52,6 +54,12 @@ Status PlainTransfer(const Call& call, std::chrono::milliseconds timeout, const 
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method.c_str());
   }
   CURLcode rc = curl_easy_perform(h);
+  curl_off_t sent_us = 0, first_us = 0;
+  if (curl_easy_getinfo(h, CURLINFO_PRETRANSFER_TIME_T, &sent_us) == CURLE_OK &&
+      curl_easy_getinfo(h, CURLINFO_STARTTRANSFER_TIME_T, &first_us) == CURLE_OK && first_us > 0 &&
+      first_us >= sent_us) {
+    reply->first_byte_s = static_cast<double>(first_us - sent_us) * 1e-6;
+  }
   curl_slist_free_all(list);
   UrlHandles().Release(h);
   if (!t.sink_error.ok()) return t.sink_error;
@@ -103,7 +111,29 @@ Status ParallelForEach(uint64_t n, int threads,
   for (auto& t : workers) t.join();
   return first_error;
 }
+
+// "scheme://host:port" of a URL: whose link a download's figures describe.
+std::string ServerOf(const std::string& url) {
+  const size_t scheme = url.find("://");
+  const size_t from = scheme == std::string::npos ? 0 : scheme + 3;
+  return url.substr(0, url.find('/', from));
+}
+
+// Per server, the least first-byte time of the last download by URL from
+// it (process-wide, as the handles are).
+struct FirstByteTimes {
+  std::mutex mu;
+  std::map<std::string, double> last;
+};
+FirstByteTimes& ServerFirstByte() {
+  static FirstByteTimes* times = new FirstByteTimes;  // never destroyed: used until exit
+  return *times;
+}
 }  // namespace
+
+uint64_t UrlMinRangeBytes(double first_byte_s) {
+  return first_byte_s >= kLongLinkFirstByteS ? (64 << 10) : kMinRangeBytes;
+}
 
 Result<Buffer> HttpGetUrl(const std::string& url, std::chrono::milliseconds timeout,
                           const UrlTlsOptions& tls) {
@@ -142,8 +172,19 @@ Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
     return out;
   }
   const uint64_t size = args.size;
+  const std::string server = ServerOf(args.url);
+  uint64_t floor = args.min_range_bytes;
+  if (floor == 0) {
+    double first_byte_s = -1;
+    {
+      FirstByteTimes& times = ServerFirstByte();
+      std::lock_guard<std::mutex> lock(times.mu);
+      if (auto it = times.last.find(server); it != times.last.end()) first_byte_s = it->second;
+    }
+    floor = UrlMinRangeBytes(first_byte_s);
+  }
   uint64_t range = (size + args.connections - 1) / args.connections;
-  range = std::clamp<uint64_t>(range, kMinRangeBytes, kMaxRangeBytes);
+  range = std::clamp<uint64_t>(range, std::min(floor, kMaxRangeBytes), kMaxRangeBytes);
   const uint64_t block = args.block_bytes;
   // Ranges smaller than a block (an object of less than a block per
   // connection) are size / connections as well: each block is checked by
@@ -161,6 +202,8 @@ Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
   const uint64_t n_ranges = (size + range - 1) / range;
   out.ranges = n_ranges;
   std::atomic<uint64_t> retries{0};
+  std::mutex first_byte_mu;
+  double least_first_byte_s = -1;
   uint8_t* base = out.data.mutable_data();
   auto corrupt_block = [&](uint64_t first) {
     return Corrupt("bytes " + std::to_string(first) + "-" +
@@ -207,7 +250,14 @@ Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
       if (block > 0 && !sub_block) {
         c.on_data = [&, from](uint64_t received) { check_to(from + received); };
       }
-      return PlainTransfer(c, args.timeout, args.tls, r);
+      Status st = PlainTransfer(c, args.timeout, args.tls, r);
+      if (r->first_byte_s >= 0) {
+        std::lock_guard<std::mutex> lock(first_byte_mu);
+        if (least_first_byte_s < 0 || r->first_byte_s < least_first_byte_s) {
+          least_first_byte_s = r->first_byte_s;
+        }
+      }
+      return st;
     };
     Status fetched = FetchRangeResuming(start, len, args.max_range_retries, args.retry_base_delay,
                                         failed, &retries, request);
@@ -226,6 +276,12 @@ Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
   };
   Status st = ParallelForEach(n_ranges, args.connections, fetch_range);
   out.range_retries = retries.load();
+  out.min_range_bytes = std::min(floor, kMaxRangeBytes);
+  if (least_first_byte_s >= 0) {  // the next download from this server goes by it
+    FirstByteTimes& times = ServerFirstByte();
+    std::lock_guard<std::mutex> lock(times.mu);
+    times.last[server] = least_first_byte_s;
+  }
   if (!st.ok()) return st;
   return out;
 }

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "s3/crypto.h"
 #include "s3/raw_http.h"
@@ -47,6 +48,12 @@ class ClientTest : public ::testing::Test {
     o.secret_key = kSk;
     o.buckets = {"bkt"};
     o.virtual_host_domain = "localhost";
+    o.on_request = [this](const S3FaultRequest& r) {
+      const int ms = range_delay_ms_.load();
+      if (ms > 0 && r.method == "GET" && !r.range.empty()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      }
+    };
     o.fault_drop_after_body_bytes = [this](const S3FaultRequest& r) -> int64_t {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -77,6 +84,7 @@ class ClientTest : public ::testing::Test {
   std::unique_ptr<S3Client> client_;
   std::atomic<int> drops_left_{0};
   std::atomic<int64_t> drop_after_{0};
+  std::atomic<int> range_delay_ms_{0};  // before each ranged GET's response
   std::mutex mu_;
   std::vector<std::string> ranges_seen_;
 };
@@ -775,9 +783,9 @@ TEST_F(ClientTest, APoolLendsTheStorageOfADroppedDownloadToTheNext) {
 
 // An object of less than a block per connection (a 3.4 MB model delta to
 // a client on a long link, where one connection carries a few MB/s) goes
-// over every connection, in ranges that split each block; a block is
-// checked once its last range is in, and a wrong one still fails the
-// download with Corrupt naming its bytes.
+// over every connection when ranges may be small, in ranges that split
+// each block; a block is checked once its last range is in, and a wrong
+// one still fails the download with Corrupt naming its bytes.
 TEST_F(ClientTest, AnObjectSmallerThanABlockPerConnectionGoesOverEveryConnection) {
   const uint64_t size = (3ull << 20) + 12345;
   std::string bytes(size, '\0');
@@ -797,6 +805,7 @@ TEST_F(ClientTest, AnObjectSmallerThanABlockPerConnectionGoesOverEveryConnection
   args.connections = 32;
   args.block_bytes = block;
   args.block_sums = sums;
+  args.min_range_bytes = 64 << 10;
   auto got = HttpGetUrlRanges(args);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   // Ranges of size / 32 (98689 bytes), which straddle blocks (whole
@@ -814,7 +823,8 @@ TEST_F(ClientTest, AnObjectSmallerThanABlockPerConnectionGoesOverEveryConnection
         "bytes " + std::to_string(first) + "-" + std::to_string(std::min(first + block, size) - 1);
     EXPECT_NE(bad.status().message().find(named), std::string::npos) << bad.status().ToString();
   }
-  // Without checksums the ranges are size / connections, at least 64 KiB.
+  // Without checksums the ranges are size / connections too, at least the
+  // least range.
   args.block_bytes = 0;
   args.block_sums = {};
   auto plain = HttpGetUrlRanges(args);
@@ -831,6 +841,45 @@ TEST_F(ClientTest, AnObjectSmallerThanABlockPerConnectionGoesOverEveryConnection
   ASSERT_TRUE(tiny.ok()) << tiny.status().ToString();
   EXPECT_EQ(tiny->ranges, 2u);
   EXPECT_EQ(tiny->data.view(), bytes.substr(0, args.size));
+}
+
+// By default the least range follows the server's link: 1 MiB until a
+// download from it showed its responses coming a long round trip (20 ms)
+// after their requests, 64 KiB from then on. (Only the long direction is
+// timed here: a delay can make a response later, never sooner.)
+TEST_F(ClientTest, RangesShrinkOnceADownloadShowedALongLink) {
+  EXPECT_EQ(UrlMinRangeBytes(-1), 1u << 20);
+  EXPECT_EQ(UrlMinRangeBytes(0.0005), 1u << 20);
+  EXPECT_EQ(UrlMinRangeBytes(0.020), 64u << 10);
+  EXPECT_EQ(UrlMinRangeBytes(0.25), 64u << 10);
+  const uint64_t size = (3ull << 20) + 12345;
+  Buffer data = Pattern(size, 17);
+  ASSERT_TRUE(client_->PutObject({.bucket = "bkt", .key = "far", .body = Gather(data)}).ok());
+  auto url = client_->PresignUrl({.method = "GET", .bucket = "bkt", .key = "far"});
+  ASSERT_TRUE(url.ok()) << url.status().ToString();
+  UrlDownloadArgs args;
+  args.url = *url;
+  args.size = size;
+  args.connections = 32;
+  range_delay_ms_ = 30;
+  // This server's first download: ranges of 1 MiB.
+  auto first = HttpGetUrlRanges(args);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->min_range_bytes, 1u << 20);
+  EXPECT_EQ(first->ranges, 4u);
+  EXPECT_EQ(first->data.view(), data.view());
+  // Its responses came 30 ms or more after their requests: size / 32.
+  auto second = HttpGetUrlRanges(args);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->min_range_bytes, 64u << 10);
+  EXPECT_EQ(second->ranges, 32u);
+  EXPECT_EQ(second->data.view(), data.view());
+  // A fixed least range is kept whatever the link.
+  args.min_range_bytes = 2 << 20;
+  auto fixed = HttpGetUrlRanges(args);
+  ASSERT_TRUE(fixed.ok()) << fixed.status().ToString();
+  EXPECT_EQ(fixed->ranges, 2u);
+  EXPECT_EQ(fixed->data.view(), data.view());
 }
 
 }  // namespace
