@@ -39,8 +39,8 @@ struct HybridOptions {
   std::chrono::seconds presign_expiry{3600};
   // Backend key "connections": parallel connections a party without
   // storage access uses for presigned transfers: ranged GETs of an object
-  // (ranges of at least 1 MiB, 64 KiB across a long link: UrlMinRangeBytes)
-  // and the parts of a grant upload (at least
+  // (ranges of at least 1 MiB, or 64 KiB across a long link:
+  // UrlMinRangeBytes) and the parts of a grant upload (at least
   // min_part_bytes each). On a long link one TCP connection is
   // window-bound, so filling it takes many. Default 32.
   int url_connections = 32;
