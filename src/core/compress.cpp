@@ -633,8 +633,10 @@ Status CompressMessage(Message* m, const TensorRecipe& recipe, const CompressOpt
 }
 
 Status DecompressMessage(Message* m, const ReferenceLookup& references,
-                         const CompressOptions& options, std::vector<std::string>* decoded_names) {
+                         const CompressOptions& options, std::vector<std::string>* decoded_names,
+                         const ReferenceLookup& onto, std::vector<std::string>* moved) {
   if (decoded_names) decoded_names->clear();
+  if (moved) moved->clear();
   auto it = m->params.find(kCodecParam);
   if (it == m->params.end()) return Status::OK();
   const auto* text = std::get_if<std::string>(&it->second);
@@ -662,6 +664,9 @@ Status DecompressMessage(Message* m, const ReferenceLookup& references,
                      ", which differs from the sender's");
     return Status::OK();
   };
+  const TensorMap* onto_map = nullptr;
+  bool onto_looked_up = false;
+  std::vector<std::string> moved_names;
   // Decode into a new map so that a failure leaves the message as it was.
   TensorMap decoded;
   for (const auto& [name, entry] : table["t"].items()) {
@@ -679,6 +684,20 @@ Status DecompressMessage(Message* m, const ReferenceLookup& references,
       if (r == ref->end() || r->second.dtype != l.dtype || r->second.shape != l.shape)
         return Corrupt("delta tensor '" + name + "' has no matching reference tensor");
       rt = &r->second;
+      if (onto && l.quant != Quant::kNone && !l.value_scale) {
+        if (!onto_looked_up) {
+          onto_map = onto(table["ref"].get<int64_t>());
+          onto_looked_up = true;
+        }
+        if (onto_map) {
+          auto o = onto_map->find(name);
+          if (o != onto_map->end() && o->second.dtype == l.dtype && o->second.shape == l.shape &&
+              o->second.nbytes() == r->second.nbytes()) {
+            rt = &o->second;
+            moved_names.push_back(name);
+          }
+        }
+      }
     }
     Tensor out;
     XSILO_RETURN_IF_ERROR(DecodeTensor(t->second, l, recs, rt, options, &out)
@@ -689,6 +708,7 @@ Status DecompressMessage(Message* m, const ReferenceLookup& references,
     m->tensors[name] = std::move(t);
     if (decoded_names) decoded_names->push_back(name);
   }
+  if (moved) *moved = std::move(moved_names);
   m->params.erase(kCodecParam);
   return Status::OK();
 }

@@ -358,6 +358,68 @@ TEST(Compress, LossyDeltaIsBoundedByTheDifference) {
 // of the new values, in a fraction of a whole cast's bytes; a block whose
 // change exceeds 127 of the values' steps, or whose values are all zero,
 // goes whole.
+// An update made from a cast of ours decodes onto our own tensors: a
+// lossy difference is added to `onto`'s tensor instead of the reference's
+// (which is still the one checked), so the result is ours plus the change
+// within the codec's bound; a lossless (XOR) tensor, and one `onto` lacks,
+// decode against the reference as before.
+TEST(Compress, ALossyChangeDecodesOntoAnotherBase) {
+  const size_t n = 100000;
+  const std::vector<float> ours = Weights(n, 81);
+  std::vector<float> cast(n);
+  for (size_t i = 0; i < n; ++i) cast[i] = ours[i] + 1e-3f * std::sin(float(i));  // "its cast"
+  const std::vector<float> update = Stepped(cast, 82, 1e-3f);
+  TensorMap reference, mine;
+  for (const char* name : {"a", "b", "c"}) reference.emplace(name, TensorOf(DType::kF32, cast));
+  mine.emplace("a", TensorOf(DType::kF32, ours));
+  mine.emplace("c", TensorOf(DType::kF32, Weights(n / 2, 83)));  // not the same shape
+  for (Quant q : {Quant::kInt8, Quant::kBF16, Quant::kNone}) {
+    SCOPED_TRACE(std::string(QuantName(q)));
+    Message m;
+    for (const char* name : {"a", "b", "c"}) m.tensors.emplace(name, TensorOf(DType::kF32, update));
+    ASSERT_TRUE(CompressMessage(&m, {.quant = q, .zstd = true, .delta = true}, SmallChunks(2),
+                                &reference, 4)
+                    .ok());
+    std::vector<std::string> decoded, moved;
+    int64_t asked = -1;
+    ASSERT_TRUE(DecompressMessage(
+                    &m, [&](int64_t) { return &reference; }, SmallChunks(2), &decoded,
+                    [&](int64_t key) {
+                      asked = key;
+                      return &mine;
+                    },
+                    &moved)
+                    .ok());
+    EXPECT_EQ(decoded.size(), 3u);
+    if (q == Quant::kNone) {
+      EXPECT_TRUE(moved.empty());
+      for (const char* name : {"a", "b", "c"}) {
+        EXPECT_EQ(std::memcmp(m.tensors.at(name).data.data(), update.data(), n * 4), 0) << name;
+      }
+      continue;
+    }
+    EXPECT_EQ(asked, 4);
+    EXPECT_EQ(moved, std::vector<std::string>{"a"});
+    const float* a = Floats(m.tensors.at("a"));
+    const float* b = Floats(m.tensors.at("b"));
+    const size_t block = 256;
+    for (size_t b0 = 0; b0 < n; b0 += block) {
+      float absmax = 0;
+      for (size_t i = b0; i < std::min(n, b0 + block); ++i) {
+        absmax = std::max(absmax, std::fabs(update[i] - cast[i]));
+      }
+      for (size_t i = b0; i < std::min(n, b0 + block); ++i) {
+        const float d = update[i] - cast[i];
+        const double bound = QuantErrorBound(q, d, absmax) + std::fabs(double(a[i])) * 0x1p-23;
+        ASSERT_LE(std::fabs(double(a[i]) - (double(ours[i]) + double(d))), bound) << i;
+        ASSERT_LE(std::fabs(double(b[i]) - (double(cast[i]) + double(d))),
+                  QuantErrorBound(q, d, absmax) + std::fabs(double(b[i])) * 0x1p-23)
+            << i;
+      }
+    }
+  }
+}
+
 TEST(Compress, AnInt8DeltaOnTheValuesScaleKeepsAWholeCastsBound) {
   const size_t n = 1 << 18;
   const std::vector<float> model = Weights(n, 61);

@@ -130,9 +130,19 @@ using ReferenceLookup = std::function<const TensorMap*(int64_t key)>;
 // a Buffer of its own that only the message holds, which the caller may
 // change in place (the tensors it left alone may share the sender's or a
 // transport's read-only Buffers).
+//
+// `onto` (optional): a lossy difference (a delta not on the values'
+// scale) is added to the tensor of the same name, dtype and shape that
+// onto(key of the table's reference) holds instead of to the reference's
+// (which is still the one checked against the sender's digest); `moved`
+// gets the names so decoded. An update made from a lossy cast of ours
+// then decodes to ours plus its change in one pass (AddDifference's
+// update + (ours - cast), without a second pass over the tensor).
 Status DecompressMessage(Message* m, const ReferenceLookup& references = {},
                          const CompressOptions& options = {},
-                         std::vector<std::string>* decoded = nullptr);
+                         std::vector<std::string>* decoded = nullptr,
+                         const ReferenceLookup& onto = {},
+                         std::vector<std::string>* moved = nullptr);
 
 // The XXH3 digest a codec table records of a reference tensor map.
 uint64_t ReferenceDigest(const TensorMap& reference);

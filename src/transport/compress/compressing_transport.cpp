@@ -646,10 +646,26 @@ class CompressingTransport final : public ForwardingTransport {
       }
     }
     std::vector<std::string> decoded;  // into Buffers of their own
+    std::vector<std::string> moved;    // of them, lossy changes added to our own tensors
+    const auto base = m.GetInt(kDeltaBaseParam);
+    // An update (a model names its own key too: it is no update).
+    const bool update = base.ok() && !m.params.count(kDeltaRefParam);
     if (m.params.count(kCodecParam)) {
       const auto start = Clock::now();
-      std::shared_ptr<const TensorMap> pin;
-      Status s = DecompressMessage(&m, Lookup(&pin), policy_.codec, &decoded);
+      std::shared_ptr<const TensorMap> pin, ours;
+      // A lossy change made from the cast we sent goes onto our own
+      // tensors as it is decoded (CorrectUpdate's sum in the same pass).
+      ReferenceLookup onto;
+      if (update) {
+        onto = [this, &ours](int64_t key) -> const TensorMap* {
+          std::lock_guard<std::mutex> lock(mu_);
+          auto it = references_.find(key);
+          if (it == references_.end() || !it->second.tensors) return nullptr;
+          ours = it->second.original;
+          return ours.get();
+        };
+      }
+      Status s = DecompressMessage(&m, Lookup(&pin), policy_.codec, &decoded, onto, &moved);
       if (!s.ok()) {
         std::cerr << "xsilo compression rank " << rank() << ": dropping message from rank "
                   << m.sender << ": " << s.ToString() << "\n";
@@ -658,10 +674,7 @@ class CompressingTransport final : public ForwardingTransport {
       std::lock_guard<std::mutex> lock(mu_);
       summary_.decode_seconds += std::chrono::duration<double>(Clock::now() - start).count();
     }
-    // An update (a model names its own key too: it is no update).
-    if (auto base = m.GetInt(kDeltaBaseParam); base.ok() && !m.params.count(kDeltaRefParam)) {
-      CorrectUpdate(&m, *base, decoded);
-    }
+    if (update) CorrectUpdate(&m, *base, decoded, moved);
     if (auto key = m.GetInt(kDeltaRefParam); key.ok()) {
       if (std::string why; DeltaCannotPay({m.sender}, m, /*sample=*/false, &why)) {
         NoteSkipped(": reference " + std::to_string(*key) + " from rank " +
@@ -776,8 +789,10 @@ class CompressingTransport final : public ForwardingTransport {
   // own model plus the peer's change. Without it a FedAvg server's model
   // took each round's cast error on for good. In place for the tensors we
   // decoded (`decoded`: their Buffers are ours alone), into fresh Buffers
-  // for the others: received ones may be read-only mappings.
-  void CorrectUpdate(Message* m, int64_t base, const std::vector<std::string>& decoded) {
+  // for the others: received ones may be read-only mappings. Tensors in
+  // `moved` were decoded onto ours already (DecompressMessage's `onto`).
+  void CorrectUpdate(Message* m, int64_t base, const std::vector<std::string>& decoded,
+                     const std::vector<std::string>& moved) {
     std::shared_ptr<const TensorMap> cast, ours;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -788,6 +803,10 @@ class CompressingTransport final : public ForwardingTransport {
     }
     int corrected = 0;
     for (auto& [name, t] : m->tensors) {
+      if (std::find(moved.begin(), moved.end(), name) != moved.end()) {
+        ++corrected;
+        continue;
+      }
       auto c = cast->find(name);
       auto o = ours->find(name);
       if (t.dtype != DType::kF32 || c == cast->end() || o == ours->end() ||
