@@ -9,8 +9,12 @@
 //                  [--topk 0.01] [--json compress_speed.json]
 //
 // Top-k recipes keep their residual between repeats, as a client's
-// successive updates do. Prints a table (min and max over the repeats) and
-// writes JSON.
+// successive updates do. The two "from a cast" rows time what a server
+// does with an update made from the lossy cast it sent (the reference
+// here) rather than from its own model: decode, then move the update onto
+// its own tensors (AddDifference, "corrected after"), or decode the
+// difference straight onto them (DecompressMessage's `onto`). Prints a
+// table (min and max over the repeats) and writes JSON.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,9 +33,13 @@ using Clock = std::chrono::steady_clock;
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+// How an update made from a cast is brought onto the server's own model.
+enum class Correct { kNone, kAfter, kOnto };
+
 struct Recipe {
   std::string name;
   TensorRecipe recipe;
+  Correct correct = Correct::kNone;
 };
 
 }  // namespace
@@ -70,9 +78,17 @@ int main(int argc, char** argv) {
     base[i] = weight(rng);
     next[i] = base[i] + step(rng);
   }
-  TensorMap reference;
+  TensorMap reference, ours;
   reference["w"] = *Tensor::Make(DType::kF32, {static_cast<int64_t>(elements)},
                                  Buffer::CopyFrom(base.data(), elements * 4));
+  {
+    // The server's own model, of which `reference` stands for the cast.
+    std::vector<float> own(base);
+    std::normal_distribution<float> cast_error(0, 1e-4f);
+    for (auto& v : own) v += cast_error(rng);
+    ours["w"] = *Tensor::Make(DType::kF32, {static_cast<int64_t>(elements)},
+                              Buffer::CopyFrom(own.data(), elements * 4));
+  }
   const std::string k = "top-" + std::to_string(topk).substr(0, 6);
   const std::vector<Recipe> recipes = {
       {"lossless delta", {Quant::kNone, true, true, 0}},
@@ -83,9 +99,11 @@ int main(int argc, char** argv) {
       {"lossless model", {Quant::kNone, true, false, 0}},
       {"bf16+zstd model", {Quant::kBF16, true, false, 0}},
       {"int8+zstd model", {Quant::kInt8, true, false, 0}},
+      {"int8+zstd from a cast, corrected after", {Quant::kInt8, true, true, 0}, Correct::kAfter},
+      {"int8+zstd from a cast, onto ours", {Quant::kInt8, true, true, 0}, Correct::kOnto},
   };
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("%-28s %8s %18s %18s\n", "recipe", "ratio", "encode ms", "decode ms");
+  std::printf("%-40s %8s %18s %18s\n", "recipe", "ratio", "encode ms", "decode ms");
   for (const auto& r : recipes) {
     TensorMap residual;
     std::vector<double> enc, dec, ratio;
@@ -97,9 +115,22 @@ int main(int argc, char** argv) {
       const auto t0 = Clock::now();
       Status s = CompressMessage(&m, r.recipe, options, &reference, 1, &st, &residual);
       const auto t1 = Clock::now();
-      if (s.ok())
+      if (s.ok()) {
+        std::vector<std::string> decoded, moved;
+        ReferenceLookup onto;
+        if (r.correct == Correct::kOnto) onto = [&](int64_t) { return &ours; };
         s = DecompressMessage(
-            &m, [&](int64_t) { return &reference; }, options);
+            &m, [&](int64_t) { return &reference; }, options, &decoded, onto, &moved);
+        if (s.ok() && r.correct == Correct::kAfter) {
+          float* w = reinterpret_cast<float*>(m.tensors["w"].data.mutable_data());
+          AddDifference(w, reinterpret_cast<const float*>(ours["w"].data.data()),
+                        reinterpret_cast<const float*>(reference["w"].data.data()), w, elements,
+                        options.threads);
+        }
+        if (s.ok() && r.correct == Correct::kOnto && moved.size() != 1) {
+          s = Internal("the update was not decoded onto ours");
+        }
+      }
       const auto t2 = Clock::now();
       if (!s.ok()) {
         std::fprintf(stderr, "compress_speed: %s: %s\n", r.name.c_str(), s.ToString().c_str());
@@ -116,7 +147,7 @@ int main(int argc, char** argv) {
     const auto [e0, e1] = range(enc);
     const auto [d0, d1] = range(dec);
     const auto [r0, r1] = range(ratio);
-    std::printf("%-28s %.3f-%.3f %8.0f-%-8.0f %8.0f-%-8.0f\n", r.name.c_str(), r0, r1, e0, e1, d0,
+    std::printf("%-40s %.3f-%.3f %8.0f-%-8.0f %8.0f-%-8.0f\n", r.name.c_str(), r0, r1, e0, e1, d0,
                 d1);
     rows.push_back({{"recipe", r.name}, {"ratio", ratio}, {"encode_ms", enc}, {"decode_ms", dec}});
   }
