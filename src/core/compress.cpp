@@ -204,7 +204,7 @@ Layout MakeLayout(const Tensor& t, Quant quant, bool delta, bool value_scale,
 
 // Stage 1 + 2 of chunk i into w.a (or a pointer into the input when there
 // is nothing to do); returns the stage bytes and their checksum's subject.
-// An int8 stage also says in *finite whether its differences were all
+// A lossy stage also says in *finite whether its differences were all
 // finite (if not, its bytes are unusable: the tensor must go lossless).
 const uint8_t* EncodeStageOf(const Layout& l, const uint8_t* in, const uint8_t* ref, uint64_t n,
                              Worker& w, uint64_t* sum, bool* finite = nullptr) {
@@ -226,11 +226,14 @@ const uint8_t* EncodeStageOf(const Layout& l, const uint8_t* in, const uint8_t* 
         reinterpret_cast<int8_t*>(w.a.data() + 4 * blocks), n, l.block, l.value_scale);
     if (finite) *finite = all_finite;
   } else if (l.value_scale) {
-    compress::EncodeHalfOnValues(fin, fref, reinterpret_cast<uint16_t*>(w.a.data()), n,
-                                 l.quant == Quant::kBF16);
+    const bool all_finite = compress::EncodeHalfOnValues(
+        fin, fref, reinterpret_cast<uint16_t*>(w.a.data()), n, l.quant == Quant::kBF16);
+    if (finite) *finite = all_finite;
   } else {
-    compress::EncodeHalf(fin, l.delta ? fref : nullptr, reinterpret_cast<uint16_t*>(w.a.data()), n,
-                         l.quant == Quant::kBF16);
+    const bool all_finite =
+        compress::EncodeHalf(fin, l.delta ? fref : nullptr, reinterpret_cast<uint16_t*>(w.a.data()),
+                             n, l.quant == Quant::kBF16);
+    if (finite) *finite = all_finite;
   }
   *sum = Checksum(std::span<const uint8_t>(w.a.data(), sb));
   return w.a.data();
@@ -280,10 +283,10 @@ const uint8_t* EncodeStage(const Layout& l, const uint8_t* in, const uint8_t* re
   return stage;
 }
 
-// Encodes one tensor; false in *encoded when it did not get smaller. An
-// int8 layout (without top-k, whose inputs were checked) checks the
-// values as it goes: `nonfinite` (required then) is set, and nothing is
-// encoded, when a difference was not finite.
+// Encodes one tensor; false in *encoded when it did not get smaller. A
+// lossy layout checks the values as it goes (top-k's inputs were checked
+// before): `nonfinite` (required unless they were scanned first) is set,
+// and nothing is encoded, when a difference was not finite.
 Status EncodeTensor(const Tensor& t, const Tensor* ref, const Layout& l, bool zstd,
                     const CompressOptions& o, Tensor* encoded, std::vector<ChunkRec>* recs,
                     bool* smaller, const TopK* topk = nullptr, bool* nonfinite = nullptr) {
@@ -334,7 +337,7 @@ Status EncodeTensor(const Tensor& t, const Tensor* ref, const Layout& l, bool zs
     return Status::OK();
   });
   if (bad_values) {
-    if (!nonfinite) return Internal("non-finite values reached an int8 encode");
+    if (!nonfinite) return Internal("non-finite values reached a lossy encode");
     *nonfinite = true;
     *smaller = false;
     return Status::OK();
@@ -585,12 +588,13 @@ Status CompressMessage(Message* m, const TensorRecipe& recipe, const CompressOpt
                                                 reinterpret_cast<const float*>(ref->data.data()),
                                                 topk->err_in, t.nbytes() / 4, recipe.topk);
     }
-    // int8 (without top-k) checks that the values are finite as it
-    // encodes them, and the tensor goes lossless after if they are not;
-    // the other casts need a scan first (fp16 its range too).
-    const bool checked_in_encode = recipe.quant == Quant::kInt8 && !topk && EligibleLossy(t);
+    // int8 and bf16 (without top-k) check that the values are finite as
+    // they encode them, and the tensor goes lossless after if they are
+    // not; fp16 needs a scan first for its range.
+    const bool checked_in_encode =
+        (recipe.quant == Quant::kInt8 || recipe.quant == Quant::kBF16) && !topk && EligibleLossy(t);
     Quant q = checked_in_encode
-                  ? Quant::kInt8
+                  ? recipe.quant
                   : QuantFor(t, ref, recipe.quant, options.threads, topk ? topk->err_in : nullptr,
                              recipe.value_scale && !topk);
     if (q == Quant::kNone && !recipe.zstd && !topk) continue;  // nothing to do for it

@@ -162,11 +162,14 @@ bool DeltaAbsMax(const float* x, const float* ref, const float* err, size_t n, f
 }
 
 template <bool kRef, bool kBF16>
-void EncodeHalfOf(const float* in, const float* ref, uint16_t* out, size_t n) {
+bool EncodeHalfOf(const float* in, const float* ref, uint16_t* out, size_t n) {
+  int32_t m = 0;
   for (size_t i = 0; i < n; ++i) {
     const float v = kRef ? in[i] - ref[i] : in[i];
+    m = std::max(m, AbsBits(v));
     out[i] = kBF16 ? ToBF16(v) : ToF16(v);
   }
+  return m < kInfBits;
 }
 
 template <bool kRef, bool kBF16>
@@ -180,14 +183,17 @@ void DecodeHalfOf(const uint16_t* in, const float* ref, float* out, size_t n) {
 // coded: a value whose cast moved k codes becomes 2k (k >= 0) or -2k - 1,
 // so small moves either way leave the high byte 0.
 template <bool kBF16>
-void EncodeHalfOnValuesOf(const float* in, const float* ref, uint16_t* out, size_t n) {
+bool EncodeHalfOnValuesOf(const float* in, const float* ref, uint16_t* out, size_t n) {
+  int32_t m = 0;
   for (size_t i = 0; i < n; ++i) {
+    m = std::max(m, AbsBits(in[i] - ref[i]));
     const uint16_t a = kBF16 ? ToBF16(in[i]) : ToF16(in[i]);
     const uint16_t b = kBF16 ? ToBF16(ref[i]) : ToF16(ref[i]);
     const auto d = static_cast<int16_t>(static_cast<uint16_t>(a - b));
     out[i] =
         static_cast<uint16_t>((static_cast<uint16_t>(d) << 1) ^ static_cast<uint16_t>(d >> 15));
   }
+  return m < kInfBits;
 }
 
 template <bool kBF16>
@@ -215,12 +221,13 @@ bool FiniteDeltaAbsMax(const float* x, const float* ref, const float* err, size_
              : DeltaAbsMax<false>(x, ref, nullptr, n, absmax);
 }
 
-void EncodeHalf(const float* in, const float* ref, uint16_t* out, size_t n, bool bf16) {
+bool EncodeHalf(const float* in, const float* ref, uint16_t* out, size_t n, bool bf16) {
   if (bf16) {
-    ref ? EncodeHalfOf<true, true>(in, ref, out, n) : EncodeHalfOf<false, true>(in, ref, out, n);
-  } else {
-    ref ? EncodeHalfOf<true, false>(in, ref, out, n) : EncodeHalfOf<false, false>(in, ref, out, n);
+    return ref ? EncodeHalfOf<true, true>(in, ref, out, n)
+               : EncodeHalfOf<false, true>(in, ref, out, n);
   }
+  return ref ? EncodeHalfOf<true, false>(in, ref, out, n)
+             : EncodeHalfOf<false, false>(in, ref, out, n);
 }
 
 void DecodeHalf(const uint16_t* in, const float* ref, float* out, size_t n, bool bf16) {
@@ -231,8 +238,9 @@ void DecodeHalf(const uint16_t* in, const float* ref, float* out, size_t n, bool
   }
 }
 
-void EncodeHalfOnValues(const float* in, const float* ref, uint16_t* out, size_t n, bool bf16) {
-  bf16 ? EncodeHalfOnValuesOf<true>(in, ref, out, n) : EncodeHalfOnValuesOf<false>(in, ref, out, n);
+bool EncodeHalfOnValues(const float* in, const float* ref, uint16_t* out, size_t n, bool bf16) {
+  return bf16 ? EncodeHalfOnValuesOf<true>(in, ref, out, n)
+              : EncodeHalfOnValuesOf<false>(in, ref, out, n);
 }
 
 void DecodeHalfOnValues(const uint16_t* in, const float* ref, float* out, size_t n, bool bf16) {

@@ -39,12 +39,16 @@ inline constexpr float kHalfMax = 65504.0f;
 // A delta on the values' grid: the 16-bit cast of in[i] against that of
 // ref[i], as the zigzag code of their difference mod 2^16 (0 when the cast
 // is unchanged, 1 and 2 for a move of one code down and up). Decoding
-// gives the cast of in[i] exactly, whatever ref holds.
-void EncodeHalfOnValues(const float* in, const float* ref, uint16_t* out, size_t n, bool bf16);
+// gives the cast of in[i] exactly, whatever ref holds. Returns whether
+// every in[i] - ref[i] was finite (as EncodeHalf, below).
+bool EncodeHalfOnValues(const float* in, const float* ref, uint16_t* out, size_t n, bool bf16);
 void DecodeHalfOnValues(const uint16_t* in, const float* ref, float* out, size_t n, bool bf16);
 
-// in[i] - ref[i] (ref may be null: in[i]) cast to 16 bits.
-void EncodeHalf(const float* in, const float* ref, uint16_t* out, size_t n, bool bf16);
+// in[i] - ref[i] (ref may be null: in[i]) cast to 16 bits. Returns whether
+// every value cast was finite (so every in[i] and ref[i] was too); when
+// not, the output is unusable (the tensor must go lossless). An fp16 cast
+// also needs the range (kHalfMax), which its caller checks first.
+bool EncodeHalf(const float* in, const float* ref, uint16_t* out, size_t n, bool bf16);
 // out[i] = cast(in[i]) + ref[i] (ref may be null).
 void DecodeHalf(const uint16_t* in, const float* ref, float* out, size_t n, bool bf16);
 
