@@ -253,7 +253,6 @@ bool EncodeInt8(const float* in, const float* ref, float* scales, int8_t* q, siz
   value_scale = value_scale && ref;
   // A difference is finite only if its value and reference are (inf - inf
   // and anything with a NaN are NaN, whose bits exceed infinity's).
-  int32_t all_max = 0;
   for (size_t b0 = 0, k = 0; b0 < n; b0 += block, ++k) {
     const size_t len = std::min(block, n - b0);
     int32_t amax = 0;
@@ -263,11 +262,7 @@ bool EncodeInt8(const float* in, const float* ref, float* scales, int8_t* q, siz
       std::memcpy(d, in + b0, len * sizeof(float));
     }
     for (size_t i = 0; i < len; ++i) amax = std::max(amax, AbsBits(d[i]));
-    all_max = std::max(all_max, amax);
-    if (amax >= kInfBits) {  // the tensor goes lossless: skip the block
-      scales[k] = 0;
-      continue;
-    }
+    if (amax >= kInfBits) return false;  // the tensor goes lossless
     float scale = FromBits(static_cast<uint32_t>(amax)) / 127.0f;
     const float* x = d;
     bool whole = false;
@@ -291,7 +286,7 @@ bool EncodeInt8(const float* in, const float* ref, float* scales, int8_t* q, siz
       q[b0 + i] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
     }
   }
-  return all_max < kInfBits;
+  return true;
 }
 
 void DecodeInt8(const float* scales, const int8_t* q, const float* ref, float* out, size_t n,

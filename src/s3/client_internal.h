@@ -244,7 +244,8 @@ void SetTransferOptions(CURL* h, Transfer* t, char* errbuf);
 void SleepBeforeRetry(std::chrono::milliseconds base, int attempt);
 
 // The smallest and largest range of a parallel download (size /
-// connections within these).
+// connections within these; a download by URL from a server across a
+// long link goes down to 64 KiB: UrlMinRangeBytes).
 constexpr uint64_t kMinRangeBytes = 1 << 20;
 constexpr uint64_t kMaxRangeBytes = 64ull << 20;
 // A server whose responses come this long after their requests is across

@@ -116,7 +116,7 @@ Status ParallelForEach(uint64_t n, int threads,
 std::string ServerOf(const std::string& url) {
   const size_t scheme = url.find("://");
   const size_t from = scheme == std::string::npos ? 0 : scheme + 3;
-  return url.substr(0, url.find('/', from));
+  return url.substr(0, url.find_first_of("/?#", from));
 }
 
 // Per server, the least first-byte time of the last download by URL from

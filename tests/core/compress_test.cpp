@@ -353,11 +353,6 @@ TEST(Compress, LossyDeltaIsBoundedByTheDifference) {
   }
 }
 
-// A next model sent as an int8 delta from the receivers' int8 cast of the
-// last one: on the values' scale it keeps the bound of a whole int8 cast
-// of the new values, in a fraction of a whole cast's bytes; a block whose
-// change exceeds 127 of the values' steps, or whose values are all zero,
-// goes whole.
 // An update made from a cast of ours decodes onto our own tensors: a
 // lossy difference is added to `onto`'s tensor instead of the reference's
 // (which is still the one checked), so the result is ours plus the change
@@ -418,8 +413,27 @@ TEST(Compress, ALossyChangeDecodesOntoAnotherBase) {
       }
     }
   }
+  // A delta on the values' scale (a next model's) decodes to the cast of
+  // the values themselves: never onto another base.
+  Message vs;
+  vs.tensors.emplace("a", TensorOf(DType::kF32, update));
+  ASSERT_TRUE(CompressMessage(&vs, {.quant = Quant::kInt8, .delta = true, .value_scale = true},
+                              SmallChunks(2), &reference, 4)
+                  .ok());
+  std::vector<std::string> decoded, moved;
+  ASSERT_TRUE(DecompressMessage(
+                  &vs, [&](int64_t) { return &reference; }, SmallChunks(2), &decoded,
+                  [&](int64_t) { return &mine; }, &moved)
+                  .ok());
+  EXPECT_EQ(decoded, std::vector<std::string>{"a"});
+  EXPECT_TRUE(moved.empty());
 }
 
+// A next model sent as an int8 delta from the receivers' int8 cast of the
+// last one: on the values' scale it keeps the bound of a whole int8 cast
+// of the new values, in a fraction of a whole cast's bytes; a block whose
+// change exceeds 127 of the values' steps, or whose values are all zero,
+// goes whole.
 TEST(Compress, AnInt8DeltaOnTheValuesScaleKeepsAWholeCastsBound) {
   const size_t n = 1 << 18;
   const std::vector<float> model = Weights(n, 61);

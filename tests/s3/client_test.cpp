@@ -808,10 +808,19 @@ TEST_F(ClientTest, AnObjectSmallerThanABlockPerConnectionGoesOverEveryConnection
   args.min_range_bytes = 64 << 10;
   auto got = HttpGetUrlRanges(args);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
-  // Ranges of size / 32 (98689 bytes), which straddle blocks (whole
+  // Ranges of size / 32 (98690 bytes), which straddle blocks (whole
   // blocks would be 4 ranges).
   EXPECT_EQ(got->ranges, 32u);
   EXPECT_EQ(got->data.view(), bytes);
+  // Two ranges cut after 50000 bytes resume where they stopped, and the
+  // blocks they share with their neighbours are still checked once whole.
+  drops_left_ = 2;
+  drop_after_ = 50000;
+  args.retry_base_delay = std::chrono::milliseconds(1);
+  auto resumed = HttpGetUrlRanges(args);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  EXPECT_EQ(resumed->range_retries, 2u);
+  EXPECT_EQ(resumed->data.view(), bytes);
   for (size_t wrong : {size_t{1}, size_t{3}}) {
     std::vector<uint64_t> bad_sums = sums;
     bad_sums[wrong] ^= 1;
@@ -846,7 +855,9 @@ TEST_F(ClientTest, AnObjectSmallerThanABlockPerConnectionGoesOverEveryConnection
 // By default the least range follows the server's link: 1 MiB until a
 // download from it showed its responses coming a long round trip (20 ms)
 // after their requests, 64 KiB from then on. (Only the long direction is
-// timed here: a delay can make a response later, never sooner.)
+// timed here: a delay can make a response later, never sooner. The
+// figures are per process and per host and port: ctest runs each test in
+// a process of its own.)
 TEST_F(ClientTest, RangesShrinkOnceADownloadShowedALongLink) {
   EXPECT_EQ(UrlMinRangeBytes(-1), 1u << 20);
   EXPECT_EQ(UrlMinRangeBytes(0.0005), 1u << 20);

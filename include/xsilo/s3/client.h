@@ -352,13 +352,13 @@ struct UrlDownloadArgs {
   BufferPool* pool = nullptr;
   // When block_bytes > 0: the object's BlockChecksums at that block size
   // (one per block, all of them). Each block is checked as soon as its
-  // last byte arrived, on the thread that brought it, while the other
-  // ranges are still coming: a block whose bytes fail fails the download
-  // with Corrupt, and no second pass over the whole object is needed.
-  // Ranges (size / connections, at least min_range_bytes) are whole
-  // blocks, but for an object of less than a block per connection (a
-  // block is then checked when the last range that overlaps it is in).
-  // Not owned.
+  // last byte arrived, while the other ranges are still coming: a block
+  // whose bytes fail fails the download with Corrupt, and no second pass
+  // over the whole object is needed. Ranges (size / connections, at
+  // least min_range_bytes) are whole blocks, each checked on its own
+  // range's thread, but for an object of less than a block per
+  // connection: a block is then checked by the thread that brings the
+  // last range overlapping it. Not owned.
   uint64_t block_bytes = 0;
   std::span<const uint64_t> block_sums;
   UrlTlsOptions tls;
@@ -378,7 +378,9 @@ Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args);
 
 // The least range of a download by URL from a server whose responses came
 // `first_byte_s` after their requests (a round trip and the server's
-// time; < 0: unknown): 64 KiB across a long link (20 ms or more), where
+// time, so a server slow to answer, 20 ms or more, counts as far: its
+// small objects then take more requests; < 0: unknown): 64 KiB across a
+// long link (20 ms or more), where
 // one connection carries little (Bahrain's measured 6.9 MB/s) and an
 // object of a few MiB is fetched fastest over every connection at once;
 // else 1 MiB, where more requests only cost CPU (a 20 MB object on

@@ -650,17 +650,25 @@ class CompressingTransport final : public ForwardingTransport {
     const auto base = m.GetInt(kDeltaBaseParam);
     // An update (a model names its own key too: it is no update).
     const bool update = base.ok() && !m.params.count(kDeltaRefParam);
+    // The base's cast and our own tensors as the decode found them: the
+    // correction after uses the same pair even if the base was dropped
+    // meanwhile (all of the update moved, or none).
+    std::shared_ptr<const TensorMap> cast, ours;
     if (m.params.count(kCodecParam)) {
       const auto start = Clock::now();
-      std::shared_ptr<const TensorMap> pin, ours;
+      std::shared_ptr<const TensorMap> pin;
       // A lossy change made from the cast we sent goes onto our own
       // tensors as it is decoded (CorrectUpdate's sum in the same pass).
       ReferenceLookup onto;
       if (update) {
-        onto = [this, &ours](int64_t key) -> const TensorMap* {
+        onto = [this, &cast, &ours, key_of_base = *base](int64_t key) -> const TensorMap* {
+          if (key != key_of_base) return nullptr;
           std::lock_guard<std::mutex> lock(mu_);
           auto it = references_.find(key);
-          if (it == references_.end() || !it->second.tensors) return nullptr;
+          if (it == references_.end() || !it->second.tensors || !it->second.original) {
+            return nullptr;
+          }
+          cast = it->second.tensors;
           ours = it->second.original;
           return ours.get();
         };
@@ -674,7 +682,7 @@ class CompressingTransport final : public ForwardingTransport {
       std::lock_guard<std::mutex> lock(mu_);
       summary_.decode_seconds += std::chrono::duration<double>(Clock::now() - start).count();
     }
-    if (update) CorrectUpdate(&m, *base, decoded, moved);
+    if (update) CorrectUpdate(&m, *base, decoded, moved, std::move(cast), std::move(ours));
     if (auto key = m.GetInt(kDeltaRefParam); key.ok()) {
       if (std::string why; DeltaCannotPay({m.sender}, m, /*sample=*/false, &why)) {
         NoteSkipped(": reference " + std::to_string(*key) + " from rank " +
@@ -790,11 +798,12 @@ class CompressingTransport final : public ForwardingTransport {
   // took each round's cast error on for good. In place for the tensors we
   // decoded (`decoded`: their Buffers are ours alone), into fresh Buffers
   // for the others: received ones may be read-only mappings. Tensors in
-  // `moved` were decoded onto ours already (DecompressMessage's `onto`).
+  // `moved` were decoded onto ours already (DecompressMessage's `onto`),
+  // which found `cast` and `ours` (else null: looked up here).
   void CorrectUpdate(Message* m, int64_t base, const std::vector<std::string>& decoded,
-                     const std::vector<std::string>& moved) {
-    std::shared_ptr<const TensorMap> cast, ours;
-    {
+                     const std::vector<std::string>& moved, std::shared_ptr<const TensorMap> cast,
+                     std::shared_ptr<const TensorMap> ours) {
+    if (!cast || !ours) {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = references_.find(base);
       if (it == references_.end() || !it->second.tensors || !it->second.original) return;
