@@ -183,8 +183,9 @@ Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
     }
     floor = UrlMinRangeBytes(first_byte_s);
   }
+  floor = std::min(floor, kMaxRangeBytes);
   uint64_t range = (size + args.connections - 1) / args.connections;
-  range = std::clamp<uint64_t>(range, std::min(floor, kMaxRangeBytes), kMaxRangeBytes);
+  range = std::clamp<uint64_t>(range, floor, kMaxRangeBytes);
   const uint64_t block = args.block_bytes;
   // Ranges smaller than a block (an object of less than a block per
   // connection) are size / connections as well: each block is checked by
@@ -276,7 +277,7 @@ Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
   };
   Status st = ParallelForEach(n_ranges, args.connections, fetch_range);
   out.range_retries = retries.load();
-  out.min_range_bytes = std::min(floor, kMaxRangeBytes);
+  out.min_range_bytes = floor;
   if (least_first_byte_s >= 0) {  // the next download from this server goes by it
     FirstByteTimes& times = ServerFirstByte();
     std::lock_guard<std::mutex> lock(times.mu);

@@ -80,6 +80,16 @@ class ClientTest : public ::testing::Test {
     return std::move(c).value();
   }
 
+  // Stores `bytes` under `key` and returns a presigned GET URL of it.
+  std::string StoreForUrl(const std::string& key, std::string_view bytes) {
+    GatherList body;
+    body.Append(Buffer::CopyFrom(bytes));
+    EXPECT_TRUE(client_->PutObject({.bucket = "bkt", .key = key, .body = body}).ok());
+    auto url = client_->PresignUrl({.method = "GET", .bucket = "bkt", .key = key});
+    EXPECT_TRUE(url.ok()) << url.status().ToString();
+    return url.ok() ? *url : std::string();
+  }
+
   std::unique_ptr<S3Server> server_;
   std::unique_ptr<S3Client> client_;
   std::atomic<int> drops_left_{0};
@@ -732,14 +742,11 @@ TEST_F(ClientTest, APoolLendsTheStorageOfADroppedDownloadToTheNext) {
   const uint64_t size = 9ull << 20;  // pooled sizes start at 8 MiB
   std::string bytes(size, '\0');
   for (uint64_t i = 0; i < size; ++i) bytes[i] = static_cast<char>(i * 7 + 3);
-  GatherList body;
-  body.Append(Buffer::CopyFrom(bytes));
-  ASSERT_TRUE(client_->PutObject({.bucket = "bkt", .key = "m", .body = body}).ok());
-  auto url = client_->PresignUrl({.method = "GET", .bucket = "bkt", .key = "m"});
-  ASSERT_TRUE(url.ok()) << url.status().ToString();
+  const std::string url = StoreForUrl("m", bytes);
+  ASSERT_FALSE(url.empty());
   BufferPool pool(1ull << 30, std::chrono::seconds(60));
   UrlDownloadArgs args;
-  args.url = *url;
+  args.url = url;
   args.size = size;
   args.connections = 4;
   args.pool = &pool;
@@ -790,17 +797,14 @@ TEST_F(ClientTest, AnObjectSmallerThanABlockPerConnectionGoesOverEveryConnection
   const uint64_t size = (3ull << 20) + 12345;
   std::string bytes(size, '\0');
   for (uint64_t i = 0; i < size; ++i) bytes[i] = static_cast<char>(i * 13 + 5);
-  GatherList body;
-  body.Append(Buffer::CopyFrom(bytes));
-  ASSERT_TRUE(client_->PutObject({.bucket = "bkt", .key = "small", .body = body}).ok());
-  auto url = client_->PresignUrl({.method = "GET", .bucket = "bkt", .key = "small"});
-  ASSERT_TRUE(url.ok()) << url.status().ToString();
+  const std::string url = StoreForUrl("small", bytes);
+  ASSERT_FALSE(url.empty());
   const uint64_t block = 1ull << 20;
   const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
   std::vector<uint64_t> sums = BlockChecksums(std::span<const uint8_t>(data, size), block);
   ASSERT_EQ(sums.size(), 4u);
   UrlDownloadArgs args;
-  args.url = *url;
+  args.url = url;
   args.size = size;
   args.connections = 32;
   args.block_bytes = block;
@@ -841,11 +845,8 @@ TEST_F(ClientTest, AnObjectSmallerThanABlockPerConnectionGoesOverEveryConnection
   EXPECT_EQ(plain->ranges, 32u);
   EXPECT_EQ(plain->data.view(), bytes);
   args.size = 100 << 10;
-  ASSERT_TRUE(client_
-                  ->PutObject({.bucket = "bkt",
-                               .key = "small",
-                               .body = Gather(Buffer::CopyFrom(bytes.substr(0, args.size)))})
-                  .ok());
+  args.url = StoreForUrl("tiny", std::string_view(bytes).substr(0, args.size));
+  ASSERT_FALSE(args.url.empty());
   auto tiny = HttpGetUrlRanges(args);
   ASSERT_TRUE(tiny.ok()) << tiny.status().ToString();
   EXPECT_EQ(tiny->ranges, 2u);
@@ -865,11 +866,9 @@ TEST_F(ClientTest, RangesShrinkOnceADownloadShowedALongLink) {
   EXPECT_EQ(UrlMinRangeBytes(0.25), 64u << 10);
   const uint64_t size = (3ull << 20) + 12345;
   Buffer data = Pattern(size, 17);
-  ASSERT_TRUE(client_->PutObject({.bucket = "bkt", .key = "far", .body = Gather(data)}).ok());
-  auto url = client_->PresignUrl({.method = "GET", .bucket = "bkt", .key = "far"});
-  ASSERT_TRUE(url.ok()) << url.status().ToString();
   UrlDownloadArgs args;
-  args.url = *url;
+  args.url = StoreForUrl("far", data.view());
+  ASSERT_FALSE(args.url.empty());
   args.size = size;
   args.connections = 32;
   range_delay_ms_ = 30;
