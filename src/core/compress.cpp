@@ -17,6 +17,7 @@
 #include "core/compress_kernels.h"
 #include "xsilo/core/codec.h"
 #include "xsilo/core/cpus.h"
+#include "xsilo/core/encode_stream.h"
 
 namespace xsilo {
 namespace {
@@ -287,20 +288,49 @@ const uint8_t* EncodeStage(const Layout& l, const uint8_t* in, const uint8_t* re
 // lossy layout checks the values as it goes (top-k's inputs were checked
 // before): `nonfinite` (required unless they were scanned first) is set,
 // and nothing is encoded, when a difference was not finite.
+//
+// With a stream, the chunks are packed in order, as each finishes, into a
+// Buffer of the tensor's own size (more than that is not smaller: the
+// packing stops), and every packed chunk is appended to the stream at once.
 Status EncodeTensor(const Tensor& t, const Tensor* ref, const Layout& l, bool zstd,
                     const CompressOptions& o, Tensor* encoded, std::vector<ChunkRec>* recs,
-                    bool* smaller, const TopK* topk = nullptr, bool* nonfinite = nullptr) {
+                    bool* smaller, const TopK* topk = nullptr, bool* nonfinite = nullptr,
+                    EncodeStream* stream = nullptr) {
   const uint64_t chunks = l.chunks();
   const uint64_t slot = ZSTD_compressBound(l.StageBytes(l.chunk_elems));
   XSILO_ASSIGN_OR_RETURN(Buffer out, Buffer::Allocate(std::max<uint64_t>(1, chunks * slot)));
   recs->assign(chunks, {});
+  uint8_t* dst = out.mutable_data();
+  // Stream mode: chunks [0, packed_chunks) are in `packed`.
+  Buffer packed;
+  if (stream) {
+    XSILO_ASSIGN_OR_RETURN(packed, Buffer::Allocate(std::max<uint64_t>(1, t.nbytes())));
+  }
+  std::mutex pack_mu;
+  std::vector<uint8_t> finished(stream ? chunks : 0, 0);
+  uint64_t packed_chunks = 0, packed_bytes = 0;
+  bool overflow = false;
+  auto pack = [&](uint64_t i) {  // chunk i is done: pack what now follows in order
+    std::lock_guard<std::mutex> lock(pack_mu);
+    finished[i] = 1;
+    while (!overflow && packed_chunks < chunks && finished[packed_chunks]) {
+      const ChunkRec& r = (*recs)[packed_chunks];
+      if (packed_bytes + r.len >= t.nbytes()) {
+        overflow = true;  // not smaller
+        return;
+      }
+      std::memcpy(packed.mutable_data() + packed_bytes, dst + packed_chunks * slot, r.len);
+      stream->Append(packed.SliceUnchecked(packed_bytes, r.len));
+      packed_bytes += r.len;
+      ++packed_chunks;
+    }
+  };
   const int workers = Workers(o.threads, chunks);
   std::vector<Worker> ws(static_cast<size_t>(std::max(1, workers)));
   const uint8_t* base = t.data.data();
   const uint8_t* rbase = ref ? ref->data.data() : nullptr;
-  uint8_t* dst = out.mutable_data();
   std::atomic<bool> bad_values{false};
-  Status encoded_all = ParallelFor(chunks, workers, [&](uint64_t i, int wi) -> Status {
+  auto encode_chunk = [&](uint64_t i, int wi) -> Status {
     Worker& w = ws[static_cast<size_t>(wi)];
     const uint64_t n = l.ChunkElems(i);
     const uint64_t off = i * l.chunk_elems * l.elem;
@@ -335,6 +365,11 @@ Status EncodeTensor(const Tensor& t, const Tensor* ref, const Layout& l, bool zs
     rec.len = sb;
     rec.z = false;
     return Status::OK();
+  };
+  Status encoded_all = ParallelFor(chunks, workers, [&](uint64_t i, int wi) -> Status {
+    XSILO_RETURN_IF_ERROR(encode_chunk(i, wi));
+    if (stream) pack(i);
+    return Status::OK();
   });
   if (bad_values) {
     if (!nonfinite) return Internal("non-finite values reached a lossy encode");
@@ -343,6 +378,13 @@ Status EncodeTensor(const Tensor& t, const Tensor* ref, const Layout& l, bool zs
     return Status::OK();
   }
   XSILO_RETURN_IF_ERROR(encoded_all);
+  if (stream) {
+    *smaller = !overflow && packed_chunks == chunks;
+    if (!*smaller) return Status::OK();
+    XSILO_ASSIGN_OR_RETURN(*encoded, Tensor::Make(DType::kU8, {static_cast<int64_t>(packed_bytes)},
+                                                  packed.SliceUnchecked(0, packed_bytes)));
+    return Status::OK();
+  }
   uint64_t total = 0;
   for (uint64_t i = 0; i < chunks; ++i) {
     if (total != i * slot) std::memmove(dst + total, dst + i * slot, (*recs)[i].len);
@@ -353,6 +395,27 @@ Status EncodeTensor(const Tensor& t, const Tensor* ref, const Layout& l, bool zs
   XSILO_ASSIGN_OR_RETURN(Buffer data, out.Slice(0, total));
   XSILO_ASSIGN_OR_RETURN(*encoded, Tensor::Make(DType::kU8, {static_cast<int64_t>(total)}, data));
   return Status::OK();
+}
+
+// Whether CompressMessage sets out to encode `t` (it may yet find it not
+// worth it).
+bool WillEncode(const Tensor& t, const TensorRecipe& r, const CompressOptions& o) {
+  if (t.nbytes() < o.min_tensor_bytes || t.nbytes() == 0) return false;
+  return r.zstd || ((r.quant != Quant::kNone || r.topk > 0) && EligibleLossy(t));
+}
+
+// The message's tensors in the payload order (PayloadOrder) they will have
+// once those WillEncode picks are U8.
+std::vector<std::pair<const std::string, Tensor>*> StreamOrder(Message* m, const TensorRecipe& r,
+                                                               const CompressOptions& o) {
+  std::vector<std::pair<const std::string, Tensor>*> order;
+  for (auto& entry : m->tensors) order.push_back(&entry);
+  auto size = [&](const std::pair<const std::string, Tensor>* e) {
+    return WillEncode(e->second, r, o) ? DTypeSize(DType::kU8) : DTypeSize(e->second.dtype);
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const auto* a, const auto* b) { return size(a) > size(b); });
+  return order;
 }
 
 Json LayoutJson(const Layout& l, bool zstd, const std::vector<ChunkRec>& recs, double topk) {
@@ -555,14 +618,15 @@ uint64_t CompressibleBytes(const TensorMap& tensors, const TensorRecipe& recipe,
 
 Status CompressMessage(Message* m, const TensorRecipe& recipe, const CompressOptions& options,
                        const TensorMap* reference, int64_t reference_key, CompressStats* stats,
-                       TensorMap* residual) {
+                       TensorMap* residual, EncodeStream* stream) {
   if (m->params.count(kCodecParam)) return InvalidArgument("message is compressed already");
   const auto start = Clock::now();
   Json tensors = Json::object();
   bool any_delta = false, any_value_scale = false;
   CompressStats st;
-  for (auto& [name, t] : m->tensors) {
-    if (t.nbytes() < options.min_tensor_bytes || t.nbytes() == 0) continue;
+  // Encodes one tensor in place; whether it was.
+  auto encode_one = [&](const std::string& name, Tensor& t) -> Result<bool> {
+    if (t.nbytes() < options.min_tensor_bytes || t.nbytes() == 0) return false;
     const Tensor* ref = nullptr;
     if (recipe.delta && reference) {
       auto it = reference->find(name);
@@ -597,21 +661,22 @@ Status CompressMessage(Message* m, const TensorRecipe& recipe, const CompressOpt
                   ? recipe.quant
                   : QuantFor(t, ref, recipe.quant, options.threads, topk ? topk->err_in : nullptr,
                              recipe.value_scale && !topk);
-    if (q == Quant::kNone && !recipe.zstd && !topk) continue;  // nothing to do for it
+    if (q == Quant::kNone && !recipe.zstd && !topk) return false;  // nothing to do for it
     Layout l = MakeLayout(t, q, ref != nullptr, recipe.value_scale && !topk, options);
     Tensor enc;
     std::vector<ChunkRec> recs;
     bool smaller = false, nonfinite = false;
     XSILO_RETURN_IF_ERROR(EncodeTensor(t, ref, l, recipe.zstd, options, &enc, &recs, &smaller,
-                                       topk ? &*topk : nullptr, &nonfinite)
+                                       topk ? &*topk : nullptr, &nonfinite, stream)
                               .WithContext("compressing tensor '" + name + "'"));
     if (nonfinite) {  // as QuantFor would have said: lossless
-      if (!recipe.zstd) continue;
+      if (!recipe.zstd) return false;
+      if (stream) stream->Abandon();  // the lossy chunks appended are void
       l = MakeLayout(t, Quant::kNone, ref != nullptr, false, options);
       XSILO_RETURN_IF_ERROR(EncodeTensor(t, ref, l, recipe.zstd, options, &enc, &recs, &smaller)
                                 .WithContext("compressing tensor '" + name + "'"));
     }
-    if (!smaller) continue;  // sent whole: its residual stays as it was
+    if (!smaller) return false;  // sent whole: its residual stays as it was
     if (topk && residual) {
       XSILO_ASSIGN_OR_RETURN((*residual)[name], Tensor::Make(t.dtype, t.shape, std::move(err_out)));
     }
@@ -622,6 +687,23 @@ Status CompressMessage(Message* m, const TensorRecipe& recipe, const CompressOpt
     any_value_scale |= l.value_scale;
     tensors[name] = LayoutJson(l, recipe.zstd, recs, topk ? recipe.topk : 0);
     t = std::move(enc);
+    return true;
+  };
+  if (!stream) {
+    for (auto& [name, t] : m->tensors) XSILO_RETURN_IF_ERROR(encode_one(name, t).status());
+  } else {
+    // In the payload order of the message as planned, each tensor's bytes
+    // appended as they are final; a tensor that does not go as planned
+    // abandons the stream (the order, or its bytes, differ).
+    for (auto* entry : StreamOrder(m, recipe, options)) {
+      Tensor& t = entry->second;
+      if (!WillEncode(t, recipe, options)) {
+        stream->Append(t.data);
+        continue;
+      }
+      XSILO_ASSIGN_OR_RETURN(bool encoded, encode_one(entry->first, t));
+      if (!encoded) stream->Abandon();
+    }
   }
   st.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (stats) *stats = st;

@@ -12,6 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "xsilo/core/codec.h"
+#include "xsilo/core/encode_stream.h"
+
 namespace xsilo {
 namespace {
 
@@ -602,6 +605,116 @@ TEST(Compress, ALossyDeltaOfNonFiniteValuesGoesLossless) {
         EXPECT_TRUE(SameBytes(m.tensors.at("w"), sent)) << QuantName(q) << " " << value_scale;
       }
     }
+  }
+}
+
+// The message's payload bytes (safetensors payload order), concatenated.
+std::string PayloadBytes(const TensorMap& tensors) {
+  std::string out;
+  for (const auto* e : PayloadOrder(tensors)) out.append(e->second.data.view());
+  return out;
+}
+
+std::vector<const Tensor*> InPayloadOrder(const TensorMap& tensors) {
+  std::vector<const Tensor*> order;
+  for (const auto* e : PayloadOrder(tensors)) order.push_back(&e->second);
+  return order;
+}
+
+// A stream gets the encoded message's payload in payload order, the first
+// chunk before the next is encoded, and the bytes it handed out are the
+// final tensors' own.
+TEST(Compress, AStreamGetsThePayloadChunkByChunkInPayloadOrder) {
+  const std::vector<float> base = Weights(200000, 51);
+  TensorMap reference;
+  reference.emplace("b.weight", TensorOf(DType::kF32, base));
+  for (Quant q : {Quant::kNone, Quant::kBF16, Quant::kInt8}) {
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::string(QuantName(q)) + " on " + std::to_string(threads) + " threads");
+      Message m;
+      // Raw tensors (small, I64, small U8) go ahead of the U8 encoded
+      // ones in payload order, whatever their names.
+      m.tensors.emplace("a.bias", TensorOf(DType::kF32, Weights(100, 52)));
+      m.tensors.emplace("b.weight", TensorOf(DType::kF32, Stepped(base, 53, 1e-3f)));
+      m.tensors.emplace("c.steps", TensorOf(DType::kI64, std::vector<int64_t>{7, 8, 9}));
+      m.tensors.emplace("d.weight", TensorOf(DType::kF32, Weights(150000, 54)));
+      m.tensors.emplace("e.mask", TensorOf(DType::kU8, std::vector<uint8_t>(300, 1)));
+      m.tensors.emplace("f.empty", TensorOf(DType::kF32, std::vector<float>{}));
+      const TensorMap sent = m.tensors;
+      EncodeStream stream;
+      std::vector<uint64_t> seen;
+      stream.on_append = [&](uint64_t ready) { seen.push_back(ready); };
+      const TensorRecipe recipe{.quant = q, .zstd = true, .delta = true};
+      ASSERT_TRUE(CompressMessage(&m, recipe, SmallChunks(threads), &reference, 1, nullptr, nullptr,
+                                  &stream)
+                      .ok());
+      stream.Finish(m);
+      ASSERT_EQ(TableOf(m)["t"].size(), 2u);
+      EXPECT_FALSE(stream.Now().abandoned);
+      EXPECT_TRUE(stream.Holds(InPayloadOrder(m.tensors)));
+      const std::string payload = PayloadBytes(m.tensors);
+      ASSERT_EQ(stream.Now().ready, payload.size());
+      auto all = stream.Range(0, payload.size()).Flatten();
+      ASSERT_TRUE(all.ok());
+      EXPECT_EQ(all->view(), payload);
+      // A piece from the middle, across appends.
+      auto mid = stream.Range(1000, 70000).Flatten();
+      ASSERT_TRUE(mid.ok());
+      EXPECT_EQ(mid->view(), payload.substr(1000, 70000));
+      // The three raw tensors, then chunk after chunk (each a separate
+      // append): 2 tensors of 800 KB and 600 KB in 64 KiB chunks.
+      EXPECT_GE(seen.size(), 3u + 13u + 10u);
+      EXPECT_EQ(seen.back(), payload.size());
+      auto taken = stream.TakeMessage();
+      ASSERT_TRUE(taken.ok());
+      ASSERT_TRUE(DecompressMessage(&*taken, [&](int64_t) { return &reference; }).ok());
+      EXPECT_TRUE(SameBytes(taken->tensors.at("a.bias"), sent.at("a.bias")));
+      EXPECT_TRUE(SameBytes(taken->tensors.at("c.steps"), sent.at("c.steps")));
+      if (q == Quant::kNone) {
+        EXPECT_TRUE(SameBytes(taken->tensors.at("d.weight"), sent.at("d.weight")));
+      }
+    }
+  }
+}
+
+// A tensor that does not go as planned abandons the stream: one that did
+// not get smaller, and a lossy delta that was not finite (encoded again
+// losslessly); the message itself is still right.
+TEST(Compress, AStreamIsAbandonedWhenATensorGoesAnotherWay) {
+  {
+    Message m;
+    std::vector<uint32_t> noise(100000);
+    std::mt19937 rng(61);
+    for (auto& x : noise) x = rng();
+    m.tensors.emplace("w", TensorOf(DType::kI32, noise));
+    const Tensor sent = m.tensors.at("w");
+    EncodeStream stream;
+    ASSERT_TRUE(
+        CompressMessage(&m, {.zstd = true}, SmallChunks(2), nullptr, 0, nullptr, nullptr, &stream)
+            .ok());
+    EXPECT_TRUE(stream.Now().abandoned);
+    EXPECT_EQ(m.params.count(kCodecParam), 0u);
+    EXPECT_TRUE(SameBytes(m.tensors.at("w"), sent));
+    EXPECT_FALSE(stream.Holds(InPayloadOrder(m.tensors)));
+  }
+  {
+    const std::vector<float> base = Weights(100000, 62);
+    std::vector<float> next = Stepped(base, 63, 1e-3f);
+    next[90000] = std::numeric_limits<float>::infinity();  // late: chunks went out before it
+    TensorMap reference;
+    reference.emplace("w", TensorOf(DType::kF32, base));
+    Message m;
+    m.tensors.emplace("w", TensorOf(DType::kF32, next));
+    const Tensor sent = m.tensors.at("w");
+    EncodeStream stream;
+    const TensorRecipe recipe{.quant = Quant::kInt8, .zstd = true, .delta = true};
+    ASSERT_TRUE(
+        CompressMessage(&m, recipe, SmallChunks(1), &reference, 1, nullptr, nullptr, &stream).ok());
+    EXPECT_TRUE(stream.Now().abandoned);
+    EXPECT_GT(stream.Now().ready, 0u);
+    EXPECT_EQ(TableOf(m)["t"]["w"]["q"], "none");
+    ASSERT_TRUE(DecompressMessage(&m, [&](int64_t) { return &reference; }).ok());
+    EXPECT_TRUE(SameBytes(m.tensors.at("w"), sent));
   }
 }
 

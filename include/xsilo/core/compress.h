@@ -34,6 +34,8 @@
 
 namespace xsilo {
 
+class EncodeStream;
+
 // The param that holds the codec table of a compressed message.
 inline constexpr const char* kCodecParam = "xsilo.codec";
 // Param (int) a sender sets on a message whose tensors are to be sent as
@@ -114,9 +116,13 @@ struct CompressStats {
 // added to the update before selection, and is replaced by what the
 // receiver's decoded tensor still lacks (value + residual - decoded);
 // a tensor that travels without top-k leaves its residual as it was.
+//
+// `stream` (optional) gets the payload's bytes as they are final
+// (EncodeStream); the caller Finish()es it with the message.
 Status CompressMessage(Message* m, const TensorRecipe& recipe, const CompressOptions& options,
                        const TensorMap* reference = nullptr, int64_t reference_key = 0,
-                       CompressStats* stats = nullptr, TensorMap* residual = nullptr);
+                       CompressStats* stats = nullptr, TensorMap* residual = nullptr,
+                       EncodeStream* stream = nullptr);
 
 // Finds the reference a message's table names (nullptr when none is
 // held). Called at most once per message.
