@@ -320,7 +320,8 @@ Status EncodeTensor(const Tensor& t, const Tensor* ref, const Layout& l, bool zs
         return;
       }
       std::memcpy(packed.mutable_data() + packed_bytes, dst + packed_chunks * slot, r.len);
-      stream->Append(packed.SliceUnchecked(packed_bytes, r.len));
+      stream->Append(packed.SliceUnchecked(packed_bytes, r.len),
+                     l.ChunkElems(packed_chunks) * l.elem);
       packed_bytes += r.len;
       ++packed_chunks;
     }
@@ -692,13 +693,14 @@ Status CompressMessage(Message* m, const TensorRecipe& recipe, const CompressOpt
   if (!stream) {
     for (auto& [name, t] : m->tensors) XSILO_RETURN_IF_ERROR(encode_one(name, t).status());
   } else {
+    stream->SetInputBytes(m->payload_bytes());
     // In the payload order of the message as planned, each tensor's bytes
     // appended as they are final; a tensor that does not go as planned
     // abandons the stream (the order, or its bytes, differ).
     for (auto* entry : StreamOrder(m, recipe, options)) {
       Tensor& t = entry->second;
       if (!WillEncode(t, recipe, options)) {
-        stream->Append(t.data);
+        stream->Append(t.data, t.nbytes());
         continue;
       }
       XSILO_ASSIGN_OR_RETURN(bool encoded, encode_one(entry->first, t));

@@ -4,12 +4,18 @@
 
 namespace xsilo {
 
-void EncodeStream::Append(Buffer bytes) {
+void EncodeStream::SetInputBytes(uint64_t total) {
+  std::lock_guard<std::mutex> lock(mu_);
+  input_total_ = total;
+}
+
+void EncodeStream::Append(Buffer bytes, uint64_t input_bytes) {
   if (bytes.empty()) return;
   uint64_t ready;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (abandoned_ || finished_) return;
+    input_done_ += input_bytes;
     starts_.push_back(ready_);
     ready_ += bytes.size();
     ready = ready_;
@@ -40,6 +46,14 @@ void EncodeStream::Finish(Result<Message> message) {
 EncodeStream::State EncodeStream::Now() const {
   std::lock_guard<std::mutex> lock(mu_);
   return {ready_, abandoned_, finished_};
+}
+
+uint64_t EncodeStream::Estimate() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (finished_) return ready_;
+  if (input_done_ == 0 || input_total_ <= input_done_) return std::max(expected_bytes_, ready_);
+  const double scaled = double(ready_) * double(input_total_) / double(input_done_);
+  return std::max(ready_, static_cast<uint64_t>(scaled));
 }
 
 EncodeStream::State EncodeStream::WaitBeyond(uint64_t have) const {

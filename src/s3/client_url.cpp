@@ -1,5 +1,9 @@
 // Credential-less transfers to presigned URLs: plain, ranged and in parts.
+#include <condition_variable>
+#include <deque>
 #include <map>
+
+#include "xsilo/core/encode_stream.h"
 
 #include "s3/client_internal.h"
 
@@ -287,47 +291,37 @@ Result<UrlDownloadResult> HttpGetUrlRanges(const UrlDownloadArgs& args) {
   return out;
 }
 
-Result<uint64_t> HttpPutUrlParts(const UrlUploadArgs& args) {
-  if (args.part_urls.empty()) return InvalidArgument("HttpPutUrlParts: no part URLs");
-  if (args.complete_url.empty()) return InvalidArgument("HttpPutUrlParts: no completion URL");
-  if (args.connections < 1 || args.connections > 256) {
-    return InvalidArgument("HttpPutUrlParts: connections must be in [1, 256]");
-  }
-  XSILO_RETURN_IF_ERROR(ValidateGather(args.body));
-  const uint64_t size = args.body.size;
-  const uint64_t wanted = size / std::max<uint64_t>(args.min_part_bytes, 1);
-  const uint64_t most = std::clamp<uint64_t>(wanted, 1, args.part_urls.size());
-  const uint64_t part = std::max<uint64_t>((size + most - 1) / most, 1);
-  const uint64_t n_parts = size == 0 ? 1 : (size + part - 1) / part;
-  std::vector<std::string> etags(n_parts);
-  auto put_part = [&](uint64_t i, const std::atomic<bool>& failed) -> Status {
-    const uint64_t off = i * part;
-    GatherList slice = SliceGather(args.body, off, std::min(part, size - off));
-    for (int attempt = 0;; ++attempt) {
-      Call c;
-      c.method = "PUT";
-      c.key = args.part_urls[i];
-      c.body = &slice;
-      Reply r;
-      Status st = PlainTransfer(c, args.timeout, args.tls, &r);
-      if (st.ok()) {
-        const std::string* etag = r.Header("etag");
-        if (etag && !etag->empty()) {
-          etags[i] = *etag;
-          return Status::OK();
-        }
-        st = Internal("the server returned no ETag");
-      }
-      bool retryable = r.status == 0 || r.status >= 500;
-      if (!retryable || attempt >= args.max_part_retries || failed.load()) {
-        return st.WithContext("part " + std::to_string(i + 1) + " after " +
-                              std::to_string(attempt) + " retries");
-      }
-      SleepBeforeRetry(args.retry_base_delay, attempt);
-    }
-  };
-  XSILO_RETURN_IF_ERROR(ParallelForEach(n_parts, args.connections, put_part));
+namespace {
 
+// PUTs one part to its presigned URL, retried from its start on a
+// connection failure or a 5xx; its ETag in *etag.
+Status PutPart(const UrlUploadArgs& args, uint64_t index, const GatherList& slice,
+               const std::atomic<bool>& failed, std::string* etag) {
+  for (int attempt = 0;; ++attempt) {
+    Call c;
+    c.method = "PUT";
+    c.key = args.part_urls[index];
+    c.body = &slice;
+    Reply r;
+    Status st = PlainTransfer(c, args.timeout, args.tls, &r);
+    if (st.ok()) {
+      const std::string* e = r.Header("etag");
+      if (e && !e->empty()) {
+        *etag = *e;
+        return Status::OK();
+      }
+      st = Internal("the server returned no ETag");
+    }
+    bool retryable = r.status == 0 || r.status >= 500;
+    if (!retryable || attempt >= args.max_part_retries || failed.load()) {
+      return st.WithContext("part " + std::to_string(index + 1) + " after " +
+                            std::to_string(attempt) + " retries");
+    }
+    SleepBeforeRetry(args.retry_base_delay, attempt);
+  }
+}
+
+Status CompleteParts(const UrlUploadArgs& args, const std::vector<std::string>& etags) {
   Call done;
   done.method = "POST";
   done.key = args.complete_url;
@@ -340,7 +334,156 @@ Result<uint64_t> HttpPutUrlParts(const UrlUploadArgs& args) {
   if (r.text.find("<Error>") != std::string::npos) {  // S3 may fail inside a 200
     return Unavailable("completing the upload: " + r.text.substr(0, 512));
   }
+  return Status::OK();
+}
+
+Status CheckUploadArgs(const UrlUploadArgs& args, const char* what) {
+  if (args.part_urls.empty()) return InvalidArgument(std::string(what) + ": no part URLs");
+  if (args.complete_url.empty()) return InvalidArgument(std::string(what) + ": no completion URL");
+  if (args.connections < 1 || args.connections > 256) {
+    return InvalidArgument(std::string(what) + ": connections must be in [1, 256]");
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<uint64_t> HttpPutUrlParts(const UrlUploadArgs& args) {
+  XSILO_RETURN_IF_ERROR(CheckUploadArgs(args, "HttpPutUrlParts"));
+  XSILO_RETURN_IF_ERROR(ValidateGather(args.body));
+  const uint64_t size = args.body.size;
+  const uint64_t wanted = size / std::max<uint64_t>(args.min_part_bytes, 1);
+  const uint64_t most = std::clamp<uint64_t>(wanted, 1, args.part_urls.size());
+  const uint64_t part = std::max<uint64_t>((size + most - 1) / most, 1);
+  const uint64_t n_parts = size == 0 ? 1 : (size + part - 1) / part;
+  std::vector<std::string> etags(n_parts);
+  auto put_part = [&](uint64_t i, const std::atomic<bool>& failed) -> Status {
+    const uint64_t off = i * part;
+    return PutPart(args, i, SliceGather(args.body, off, std::min(part, size - off)), failed,
+                   &etags[i]);
+  };
+  XSILO_RETURN_IF_ERROR(ParallelForEach(n_parts, args.connections, put_part));
+  XSILO_RETURN_IF_ERROR(CompleteParts(args, etags));
   return n_parts;
+}
+
+Result<UrlStreamResult> HttpPutUrlStream(const UrlStreamUpload& s) {
+  const UrlUploadArgs& args = s.upload;
+  XSILO_RETURN_IF_ERROR(CheckUploadArgs(args, "HttpPutUrlStream"));
+  if (s.body == nullptr || !s.head) return InvalidArgument("HttpPutUrlStream: no body or head");
+  EncodeStream& body = *s.body;
+  const uint64_t urls = args.part_urls.size();
+  const uint64_t min_part = std::max<uint64_t>(args.min_part_bytes, 1);
+  std::vector<std::string> etags(urls);
+
+  // Parts queued for the connections; the first failure stops the rest.
+  struct Part {
+    uint64_t index;
+    GatherList bytes;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Part> queue;
+  bool closed = false;
+  std::atomic<bool> failed{false};
+  Status first_error;
+  auto work = [&] {
+    for (;;) {
+      Part p;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return closed || !queue.empty(); });
+        if (queue.empty()) return;
+        p = std::move(queue.front());
+        queue.pop_front();
+      }
+      if (failed.load()) continue;
+      Status st = PutPart(args, p.index, p.bytes, failed, &etags[p.index]);
+      if (!st.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (first_error.ok()) first_error = std::move(st);
+        failed = true;
+      }
+    }
+  };
+  std::vector<std::thread> workers;
+  const uint64_t n_workers = std::min<uint64_t>(static_cast<uint64_t>(args.connections), urls);
+  for (uint64_t w = 0; w < n_workers; ++w) workers.emplace_back(work);
+  auto enqueue = [&](uint64_t index, GatherList bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      queue.push_back({index, std::move(bytes)});
+    }
+    cv.notify_one();
+  };
+  auto join = [&]() -> Status {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      closed = true;
+    }
+    cv.notify_all();
+    for (auto& t : workers) t.join();
+    return first_error;
+  };
+
+  // The body's first `held` bytes go last, in part 1 after the head.
+  const uint64_t held = min_part;
+  uint64_t planned = held;  // parts 2..next cover the body up to here
+  uint64_t next = 1;        // index of the next part (part number next + 1)
+  EncodeStream::State st = body.Now();
+  while (!st.finished && !st.abandoned && !failed.load()) {
+    const uint64_t free_urls = urls - next;
+    if (free_urls < 2) {  // the last URL is kept for what comes after
+      st = body.WaitBeyond(st.ready);
+      continue;
+    }
+    // The estimated rest over the URLs left (the kept one included).
+    const uint64_t rest = std::max(body.Estimate(), planned) - planned;
+    const uint64_t target = std::max(min_part, (rest + free_urls - 1) / free_urls);
+    if (st.ready >= planned + target) {
+      enqueue(next++, body.Range(planned, target));
+      planned += target;
+      continue;
+    }
+    st = body.WaitBeyond(planned + target - 1);
+  }
+  UrlStreamResult out;
+  out.early_bytes = planned - held;
+  if (failed.load()) return join();
+  if (st.abandoned) {
+    (void)join();
+    return Cancelled("HttpPutUrlStream: the body was abandoned after " +
+                     std::to_string(out.early_bytes) + " bytes went ahead in " +
+                     std::to_string(next - 1) + " part(s)");
+  }
+  const uint64_t total = body.Now().ready;
+  auto head = s.head();
+  if (!head.ok()) {
+    (void)join();
+    return head.status();
+  }
+  // Part 1: the head and the first bytes (all of them with no URL left).
+  const uint64_t rest = total > planned ? total - planned : 0;
+  const uint64_t free_urls = urls - next;
+  GatherList first = std::move(head).value();
+  const uint64_t in_first = rest > 0 && free_urls == 0 ? total : std::min(held, total);
+  for (Buffer& b : body.Range(0, in_first).segments) first.Append(std::move(b));
+  enqueue(0, std::move(first));
+  // What came after the last part: over the URLs left, each part of at
+  // least min_part.
+  uint64_t n_parts = next;
+  if (rest > 0 && free_urls > 0) {
+    const uint64_t k = std::clamp<uint64_t>(rest / min_part, 1, free_urls);
+    const uint64_t size = (rest + k - 1) / k;
+    for (uint64_t off = 0; off < rest; off += size) {
+      enqueue(n_parts++, body.Range(planned + off, std::min(size, rest - off)));
+    }
+  }
+  XSILO_RETURN_IF_ERROR(join());
+  etags.resize(n_parts);
+  XSILO_RETURN_IF_ERROR(CompleteParts(args, etags));
+  out.parts = n_parts;
+  return out;
 }
 
 }  // namespace xsilo

@@ -23,6 +23,7 @@
 #include "s3/xml.h"
 #include "transport/test_util.h"
 #include "xsilo/core/codec.h"
+#include "xsilo/core/encode_stream.h"
 #include "xsilo/core/tiers.h"
 #include "xsilo/s3/server.h"
 
@@ -53,6 +54,7 @@ class ClientTest : public ::testing::Test {
       if (ms > 0 && r.method == "GET" && !r.range.empty()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(ms));
       }
+      if (r.method == "PUT" && r.query.find("partNumber=") != std::string::npos) ++part_puts_;
     };
     o.fault_drop_after_body_bytes = [this](const S3FaultRequest& r) -> int64_t {
       {
@@ -95,6 +97,7 @@ class ClientTest : public ::testing::Test {
   std::atomic<int> drops_left_{0};
   std::atomic<int64_t> drop_after_{0};
   std::atomic<int> range_delay_ms_{0};  // before each ranged GET's response
+  std::atomic<int> part_puts_{0};       // UploadPart requests received
   std::mutex mu_;
   std::vector<std::string> ranges_seen_;
 };
@@ -528,6 +531,124 @@ TEST_F(ClientTest, PresignedMultipartUploadNeedsNoCredentials) {
                 .code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(HttpPutUrlParts(UrlUploadArgs{}).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A multipart upload (presigned, `parts` URLs) of key; its URLs.
+UrlUploadArgs PresignedUpload(S3Client& client, const std::string& key, int parts) {
+  UrlUploadArgs up;
+  auto id = client.CreateMultipartUpload({"bkt", key});
+  EXPECT_TRUE(id.ok()) << id.status().ToString();
+  if (!id.ok()) return up;
+  for (int i = 1; i <= parts; ++i) {
+    up.part_urls.push_back(
+        *client.PresignUrl({.method = "PUT",
+                            .bucket = "bkt",
+                            .key = key,
+                            .query = {{"partNumber", std::to_string(i)}, {"uploadId", *id}}}));
+  }
+  up.complete_url = *client.PresignUrl(
+      {.method = "POST", .bucket = "bkt", .key = key, .query = {{"uploadId", *id}}});
+  up.connections = 4;
+  return up;
+}
+
+// A body still being produced goes up part by part: parts are on the
+// server before the body is finished, the head (known only at the end)
+// comes first in the object, and every part but the last keeps S3's
+// 5 MiB minimum (the server refuses the completion otherwise).
+TEST_F(ClientTest, AStreamedUploadSendsPartsBeforeTheBodyIsFinished) {
+  const Buffer data = Pattern(40ull << 20, 21);
+  const std::string head_bytes(100, 'h');
+  EncodeStream body;
+  body.SetInputBytes(data.size());
+  UrlStreamUpload up;
+  up.upload = PresignedUpload(*client_, "mp/streamed", 8);
+  up.body = &body;
+  up.head = [&]() -> Result<GatherList> { return Gather(Buffer::CopyFrom(head_bytes)); };
+  std::thread uploader;
+  Result<UrlStreamResult> result = Internal("not run");
+  uploader = std::thread([&] { result = HttpPutUrlStream(up); });
+  const uint64_t piece = 1 << 20;
+  for (uint64_t off = 0; off < data.size() / 2; off += piece) {
+    body.Append(data.SliceUnchecked(off, piece), piece);
+  }
+  // Half the body is out: a part goes up before the rest exists.
+  for (int i = 0; i < 6000 && part_puts_.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const int before_finish = part_puts_.load();
+  for (uint64_t off = data.size() / 2; off < data.size(); off += piece) {
+    body.Append(data.SliceUnchecked(off, piece), piece);
+  }
+  body.Finish(Message{});
+  uploader.join();
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_GE(before_finish, 1);
+  EXPECT_GT(result->early_bytes, 0u);
+  EXPECT_LE(result->parts, 8u);
+  EXPECT_GE(result->parts, 3u);
+  auto got = client_->GetObject({.bucket = "bkt", .key = "mp/streamed"});
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->data.view(), head_bytes + std::string(data.view()));
+}
+
+// A body under one part goes with its head as one part; an abandoned body
+// is Cancelled, and the same URLs then take the whole upload again.
+TEST_F(ClientTest, AStreamedUploadOfASmallOrAbandonedBody) {
+  {
+    EncodeStream body;
+    const Buffer data = Pattern(1000, 22);
+    body.Append(data, data.size());
+    body.Finish(Message{});
+    UrlStreamUpload up;
+    up.upload = PresignedUpload(*client_, "mp/small-stream", 4);
+    up.body = &body;
+    up.head = [] { return Result<GatherList>(Gather(Buffer::CopyFrom(std::string("HEAD")))); };
+    auto r = HttpPutUrlStream(up);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->parts, 1u);
+    EXPECT_EQ(r->early_bytes, 0u);
+    auto got = client_->GetObject({.bucket = "bkt", .key = "mp/small-stream"});
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->data.view(), "HEAD" + std::string(data.view()));
+  }
+  {
+    EncodeStream body(24ull << 20);
+    const Buffer data = Pattern(24ull << 20, 23);
+    UrlStreamUpload up;
+    up.upload = PresignedUpload(*client_, "mp/abandoned-stream", 6);
+    up.body = &body;
+    up.head = [] { return Result<GatherList>(Gather(Buffer::CopyFrom(std::string("HEAD")))); };
+    Result<UrlStreamResult> result = Internal("not run");
+    std::thread uploader([&] { result = HttpPutUrlStream(up); });
+    body.Append(data.SliceUnchecked(0, 16ull << 20), 16ull << 20);
+    for (int i = 0; i < 6000 && part_puts_.load() == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    body.Abandon();
+    uploader.join();
+    ASSERT_FALSE(result.ok());
+    EXPECT_EQ(result.status().code(), StatusCode::kCancelled) << result.status().ToString();
+    EXPECT_EQ(client_->HeadObject({"bkt", "mp/abandoned-stream"}).status().code(),
+              StatusCode::kNotFound);
+    UrlUploadArgs again = up.upload;
+    const Buffer other = Pattern(11ull << 20, 24);
+    again.body = Gather(other);
+    auto n = HttpPutUrlParts(again);
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    auto got = client_->GetObject({.bucket = "bkt", .key = "mp/abandoned-stream"});
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->data.view(), other.view());
+  }
+  {  // a head that cannot be made fails the upload
+    EncodeStream body;
+    body.Finish(Message{});
+    UrlStreamUpload up;
+    up.upload = PresignedUpload(*client_, "mp/no-head", 2);
+    up.body = &body;
+    up.head = [] { return Result<GatherList>(Corrupt("no header")); };
+    EXPECT_EQ(HttpPutUrlStream(up).status().code(), StatusCode::kCorrupt);
+  }
 }
 
 TEST_F(ClientTest, VirtualHostedAddressing) {

@@ -44,8 +44,11 @@ class EncodeStream {
   std::function<void(uint64_t ready)> on_append;
 
   // Producer. Bytes that are final; they must stay unchanged until every
-  // reader is done (the Buffer keeps them alive).
-  void Append(Buffer bytes);
+  // reader is done (the Buffer keeps them alive). `input_bytes`: how many
+  // of the producer's input bytes they stand for (a chunk's raw size), of
+  // SetInputBytes' total: readers estimate the payload's size by them.
+  void SetInputBytes(uint64_t total);
+  void Append(Buffer bytes, uint64_t input_bytes);
   // What was appended is not the payload (and nothing more is appended).
   void Abandon();
   // The final message (or the encoder's error); wakes every reader.
@@ -58,6 +61,10 @@ class EncodeStream {
     bool finished = false;   // Finish() was called
   };
   State Now() const;
+  // What the payload is expected to come to: the bytes so far scaled by
+  // the input they stood for, else expected_bytes(), and never less than
+  // what is appended.
+  uint64_t Estimate() const;
   // Blocks until more than `have` bytes were appended, or the stream was
   // abandoned or finished.
   State WaitBeyond(uint64_t have) const;
@@ -76,6 +83,7 @@ class EncodeStream {
   std::vector<Buffer> pieces_;
   std::vector<uint64_t> starts_;  // offset of each piece
   uint64_t ready_ = 0;
+  uint64_t input_total_ = 0, input_done_ = 0;
   bool abandoned_ = false;
   bool finished_ = false;
   std::optional<Result<Message>> message_;

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdint>
 #include <ctime>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -34,6 +35,8 @@
 #include "xsilo/s3/errors.h"
 
 namespace xsilo {
+
+class EncodeStream;
 
 enum class S3Addressing {
   kAuto,         // virtual-hosted for *.amazonaws.com and DNS-safe bucket names, else path
@@ -408,5 +411,27 @@ struct UrlUploadArgs {
   UrlTlsOptions tls;
 };
 Result<uint64_t> HttpPutUrlParts(const UrlUploadArgs& args);
+
+// The same upload of a body still being produced (an EncodeStream), so
+// that its first parts are on the wire while the rest is encoded. Part 1
+// holds head() (bytes that go before the body and are known only once it
+// is finished: a safetensors header) and the body's first min_part_bytes,
+// and goes last. Parts 2.. take the body as it is appended, each of at
+// least min_part_bytes, sized to spread the body's Estimate() over the
+// URLs left; what the body adds after the last of them goes, once it is
+// finished, in parts over the URLs still left. Cancelled when the stream is
+// abandoned: the parts sent stay with the upload, and a later
+// HttpPutUrlParts over the same URLs replaces them (completing lists only
+// its own parts).
+struct UrlStreamUpload {
+  UrlUploadArgs upload;  // `body` unused
+  EncodeStream* body = nullptr;
+  std::function<Result<GatherList>()> head;
+};
+struct UrlStreamResult {
+  uint64_t parts = 0;
+  uint64_t early_bytes = 0;  // body bytes in parts sent before it was finished
+};
+Result<UrlStreamResult> HttpPutUrlStream(const UrlStreamUpload& args);
 
 }  // namespace xsilo
