@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "hybrid/hybrid_internal.h"
+#include "xsilo/core/encode_stream.h"
 #include "xsilo/s3/client.h"
 
 namespace xsilo::hybrid_detail {
@@ -15,52 +16,83 @@ constexpr size_t kGrantsPerPeer = 2;
 
 }  // namespace
 
-Message HybridTransport::OffloadThroughGrant(Message m, TensorMap big, int32_t peer) {
-  std::optional<Grant> grant;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& held = grants_[peer];
-    while (!held.empty() && !grant) {
-      if (held.front().usable_until > Clock::now()) grant = held.front();
-      held.pop_front();
+std::optional<Grant> HybridTransport::TakeGrant(int32_t peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& held = grants_[peer];
+  while (!held.empty()) {
+    Grant g = std::move(held.front());
+    held.pop_front();
+    if (g.usable_until > Clock::now()) return g;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+UrlUploadArgs GrantUpload(const Grant& grant, const HybridOptions& hybrid) {
+  UrlUploadArgs up;
+  up.part_urls = grant.part_urls;
+  up.complete_url = grant.complete_url;
+  up.connections = hybrid.url_connections;
+  up.min_part_bytes = grant.min_part_bytes;
+  up.tls.ca_file = hybrid.url_ca_file;
+  return up;
+}
+
+// Every tensor with bytes: the object of a send routed to the store.
+TensorMap TakeAll(Message* m) {
+  TensorMap big;
+  for (auto it = m->tensors.begin(); it != m->tensors.end();) {
+    if (it->second.nbytes() > 0) {
+      big.insert(m->tensors.extract(it++));
+    } else {
+      ++it;
     }
   }
-  if (grant) {
+  return big;
+}
+
+}  // namespace
+
+Status HybridTransport::PutThroughGrant(const Grant& grant, const Prepared& prepared,
+                                        int32_t peer) {
+  const EncodedPayload& payload = prepared.payload;
+  Status put;
+  uint64_t parts = 1;
+  int used = 1;  // connections
+  const auto start = Clock::now();
+  if (grant.part_urls.empty()) {
+    put = HttpPutUrl(grant.url, payload.bytes, std::chrono::minutes(10),
+                     UrlTlsOptions{.ca_file = hybrid_.url_ca_file});
+  } else {
+    UrlUploadArgs up = GrantUpload(grant, hybrid_);
+    up.body = payload.bytes;
+    auto uploaded = HttpPutUrlParts(up);
+    put = uploaded.status();
+    if (uploaded.ok()) {
+      parts = *uploaded;
+      used = static_cast<int>(std::min<uint64_t>(parts, hybrid_.url_connections));
+    }
+  }
+  if (!put.ok()) return put;
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (router_) router_->OnTransfer(peer, payload.bytes.size, seconds, used);
+  if (DebugLog()) {
+    std::cerr << "xsilo " << name_ << " rank " << rank() << " -> rank " << peer << ": uploaded "
+              << payload.bytes.size << " bytes through a grant in " << seconds * 1e3 << " ms, "
+              << parts << " part(s) over " << used << " connection(s)\n";
+  }
+  return Status::OK();
+}
+
+Message HybridTransport::OffloadThroughGrant(Message m, TensorMap big, int32_t peer) {
+  if (std::optional<Grant> grant = TakeGrant(peer)) {
     Prepared prepared = Prepare(big);
-    const EncodedPayload& payload = prepared.payload;
-    Status put;
-    uint64_t parts = 1;
-    int used = 1;  // connections
-    const auto start = Clock::now();
-    if (grant->part_urls.empty()) {
-      put = HttpPutUrl(grant->url, payload.bytes, std::chrono::minutes(10),
-                       UrlTlsOptions{.ca_file = hybrid_.url_ca_file});
-    } else {
-      UrlUploadArgs up;
-      up.part_urls = grant->part_urls;
-      up.complete_url = grant->complete_url;
-      up.body = payload.bytes;
-      up.connections = hybrid_.url_connections;
-      up.min_part_bytes = grant->min_part_bytes;
-      up.tls.ca_file = hybrid_.url_ca_file;
-      auto uploaded = HttpPutUrlParts(up);
-      put = uploaded.status();
-      if (uploaded.ok()) {
-        parts = *uploaded;
-        used = static_cast<int>(std::min<uint64_t>(parts, hybrid_.url_connections));
-      }
-    }
-    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    if (put.ok() && router_) router_->OnTransfer(peer, payload.bytes.size, seconds, used);
-    if (put.ok() && DebugLog()) {
-      std::cerr << "xsilo " << name_ << " rank " << rank() << " -> rank " << peer << ": uploaded "
-                << payload.bytes.size << " bytes through a grant in " << seconds * 1e3 << " ms, "
-                << parts << " part(s) over " << used << " connection(s)\n";
-    }
+    Status put = PutThroughGrant(*grant, prepared, peer);
     if (put.ok()) {
       Key key = grant->key;
-      key.size = payload.bytes.size;
-      MakeStub(&m, key, payload.checksum, prepared.blocks, "");
+      key.size = prepared.payload.bytes.size;
+      MakeStub(&m, key, prepared.payload.checksum, prepared.blocks, "");
       return m;
     }
     std::cerr << "xsilo " << name_ << ": upload through a grant of rank " << peer
@@ -68,6 +100,99 @@ Message HybridTransport::OffloadThroughGrant(Message m, TensorMap big, int32_t p
   }
   for (auto& [name, t] : big) m.tensors.insert_or_assign(name, std::move(t));
   return m;
+}
+
+Result<Message> HybridTransport::OffloadStream(EncodeStream& stream, int32_t peer, int* stripe) {
+  const std::vector<int32_t> peers{peer};
+  // Routed by what the stream expects to come to: the encoder has only
+  // begun.
+  std::optional<Route> route =
+      router_ ? ChooseRoute(stream.Estimate(), peers, /*wait=*/true) : Route{.store = true};
+  if (route) *stripe = route->stripe;
+  std::optional<Grant> grant;
+  if (route && route->store) grant = TakeGrant(peer);
+  if (!grant || grant->part_urls.empty()) {  // the ordinary way, once encoded
+    XSILO_ASSIGN_OR_RETURN(Message m, stream.TakeMessage());
+    if (!grant) return Offload(std::move(m), peers, route, stripe);
+    TensorMap big = TakeAll(&m);
+    if (big.empty()) return m;
+    Prepared prepared = Prepare(big);
+    Status put = PutThroughGrant(*grant, prepared, peer);
+    if (!put.ok()) {
+      std::cerr << "xsilo " << name_ << ": upload through a grant of rank " << peer
+                << " failed, sending inline: " << put.ToString() << "\n";
+      for (auto& [name, t] : big) m.tensors.insert_or_assign(name, std::move(t));
+      return m;
+    }
+    Key key = grant->key;
+    key.size = prepared.payload.bytes.size;
+    MakeStub(&m, key, prepared.payload.checksum, prepared.blocks, "");
+    return m;
+  }
+
+  // The message, once final (the head's maker takes it), and its object.
+  std::optional<Message> m;
+  TensorMap big;
+  Status encoded;  // the encoder's failure
+  Clock::time_point encoded_at;
+  auto take = [&]() -> Status {
+    if (m || !encoded.ok()) return encoded;
+    auto final_message = stream.TakeMessage();
+    encoded_at = Clock::now();
+    if (!final_message.ok()) return encoded = final_message.status();
+    m = std::move(final_message).value();
+    big = TakeAll(&*m);
+    return Status::OK();
+  };
+  UrlStreamUpload up;
+  up.upload = GrantUpload(*grant, hybrid_);
+  up.body = &stream;
+  up.head = [&]() -> Result<GatherList> {
+    XSILO_RETURN_IF_ERROR(take());
+    std::vector<const Tensor*> order;
+    for (const auto* e : PayloadOrder(big)) order.push_back(&e->second);
+    if (!stream.Holds(order)) {
+      return FailedPrecondition("the encoded message is not the bytes streamed");
+    }
+    GatherList head;
+    head.Append(EncodeSafetensors(big, {}, /*checksum=*/false).bytes.segments.front());
+    return head;
+  };
+  const auto start = Clock::now();
+  auto streamed = HttpPutUrlStream(up);
+  XSILO_RETURN_IF_ERROR(take());  // the encoder failed: so does the send
+  if (big.empty()) return std::move(*m);
+  Prepared prepared = Prepare(big);
+  Status put = streamed.status();
+  if (streamed.ok() && DebugLog()) {
+    const auto now = Clock::now();
+    std::cerr << "xsilo " << name_ << " rank " << rank() << " -> rank " << peer << ": streamed "
+              << prepared.payload.bytes.size << " bytes through a grant in "
+              << std::chrono::duration<double, std::milli>(now - start).count() << " ms, "
+              << std::chrono::duration<double, std::milli>(now - encoded_at).count()
+              << " ms after the encode ended, " << streamed->parts << " part(s); "
+              << streamed->early_bytes << " bytes went before it ended\n";
+  }
+  if (!streamed.ok() && (streamed.status().code() == StatusCode::kCancelled ||
+                         streamed.status().code() == StatusCode::kFailedPrecondition)) {
+    // Abandoned, or not the bytes streamed: the same grant, whole (its
+    // parts replace those sent).
+    if (DebugLog()) {
+      std::cerr << "xsilo " << name_ << " rank " << rank() << " -> rank " << peer
+                << ": uploading whole: " << streamed.status().ToString() << "\n";
+    }
+    put = PutThroughGrant(*grant, prepared, peer);
+  }
+  if (!put.ok()) {
+    std::cerr << "xsilo " << name_ << ": upload through a grant of rank " << peer
+              << " failed, sending inline: " << put.ToString() << "\n";
+    for (auto& [name, t] : big) m->tensors.insert_or_assign(name, std::move(t));
+    return std::move(*m);
+  }
+  Key key = grant->key;
+  key.size = prepared.payload.bytes.size;
+  MakeStub(&*m, key, prepared.payload.checksum, prepared.blocks, "");
+  return std::move(*m);
 }
 
 bool HybridTransport::GrantsDueLocked(const std::vector<int32_t>& peers) {

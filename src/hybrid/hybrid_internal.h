@@ -63,6 +63,8 @@ struct SendJob {
   Message message;
   SendCallback done;
   std::optional<Route> route;  // decided when queued; else by the worker
+  // A message still being encoded (SendStreamAsync): `message` is empty.
+  std::shared_ptr<EncodeStream> stream;
 };
 
 // One uploaded object, shared by every send of the same content.
@@ -179,6 +181,13 @@ class HybridTransport final : public Transport {
   void Stop() override;
   void SendAsync(int32_t peer, Message message, SendCallback done) override;
   void BroadcastAsync(std::vector<int32_t> peers, Message message, SendCallback done) override;
+  // A party without storage access, routed by the router (or with
+  // threshold 1), holding a multipart upload grant of `peer`: its
+  // compressed update goes up part by part while it is encoded
+  // (OffloadStream).
+  bool StreamsSends(int32_t peer) override;
+  void SendStreamAsync(int32_t peer, std::shared_ptr<EncodeStream> stream,
+                       SendCallback done) override;
 
  private:
   // Queues a send for the workers, or issues it on the caller's thread
@@ -188,7 +197,8 @@ class HybridTransport final : public Transport {
   // message to a peer then takes the same threads as over the inner
   // transport alone: the hand-off to a worker cost a LAN send of the Small
   // tier ~0.3 ms (docs/auto.md).
-  void Enqueue(std::vector<int32_t> peers, bool broadcast, Message message, SendCallback done);
+  void Enqueue(std::vector<int32_t> peers, bool broadcast, Message message, SendCallback done,
+               std::shared_ptr<EncodeStream> stream = nullptr);
 
   void SendLoop();
 
@@ -247,6 +257,8 @@ class HybridTransport final : public Transport {
   // The caller has sent a broadcast of a party without storage access
   // inline already (RouteNow, Offload).
   std::optional<Route> ChooseRoute(const Message& m, const std::vector<int32_t>& peers, bool wait);
+  // The same for a payload of `bytes` (a message still being encoded).
+  std::optional<Route> ChooseRoute(uint64_t bytes, const std::vector<int32_t>& peers, bool wait);
 
   static AutoPolicyOptions StripePolicy(int max_streams) {
     AutoPolicyOptions o;
@@ -298,6 +310,20 @@ class HybridTransport final : public Transport {
   // A party without storage access: upload through a grant from `peer`, or
   // put the tensors back inline when it holds none (or the upload fails).
   Message OffloadThroughGrant(Message m, TensorMap big, int32_t peer);
+
+  // The first usable grant of `peer`, taken; nullopt when none.
+  std::optional<Grant> TakeGrant(int32_t peer);
+  // Uploads a prepared payload through a grant (its time to the router).
+  Status PutThroughGrant(const Grant& grant, const Prepared& prepared, int32_t peer);
+
+  // A send of a message still being encoded (SendStreamAsync): routed by
+  // the size the stream expects; through a multipart grant, its parts go
+  // up as the encoder appends them (HttpPutUrlStream) and the safetensors
+  // header, made once the message is final, last. A stream abandoned, or
+  // a final message that is not the bytes streamed, goes through the same
+  // grant whole; without a grant, or inline, the message goes the ordinary
+  // way once encoded.
+  Result<Message> OffloadStream(EncodeStream& stream, int32_t peer, int* stripe);
 
   bool IssuesGrants() const {
     return hybrid_.grant_uploads && connector_ && connector_->presigned();

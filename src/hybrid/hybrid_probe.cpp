@@ -20,7 +20,11 @@ constexpr auto kStoreProbeTimeout = std::chrono::seconds(30);
 
 std::optional<Route> HybridTransport::ChooseRoute(const Message& m,
                                                   const std::vector<int32_t>& peers, bool wait) {
-  const uint64_t bytes = m.payload_bytes();
+  return ChooseRoute(m.payload_bytes(), peers, wait);
+}
+
+std::optional<Route> HybridTransport::ChooseRoute(uint64_t bytes, const std::vector<int32_t>& peers,
+                                                  bool wait) {
   // An echo goes ahead of a small message only; after a big one it goes
   // when the send completes (Issue): queued ahead of a Large message on
   // loopback, an echo made that message ~350 ms slower (docs/auto.md).

@@ -105,9 +105,32 @@ void HybridTransport::BroadcastAsync(std::vector<int32_t> peers, Message message
   Enqueue(std::move(peers), true, std::move(message), std::move(done));
 }
 
+bool HybridTransport::StreamsSends(int32_t peer) {
+  if (connector_ || !(router_ || hybrid_.threshold_bytes <= 1) || !CheckPeer(peer).ok()) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = grants_.find(peer);
+  if (it == grants_.end()) return false;
+  const auto now = Clock::now();
+  for (const Grant& g : it->second) {
+    if (g.usable_until > now) return !g.part_urls.empty();  // the one TakeGrant takes
+  }
+  return false;
+}
+
+void HybridTransport::SendStreamAsync(int32_t peer, std::shared_ptr<EncodeStream> stream,
+                                      SendCallback done) {
+  Status s = CheckPeer(peer);
+  if (!s.ok()) return done(s);
+  if (!stream) return done(InvalidArgument("SendStreamAsync: no stream"));
+  Enqueue({peer}, false, Message{}, std::move(done), std::move(stream));
+}
+
 void HybridTransport::Enqueue(std::vector<int32_t> peers, bool broadcast, Message message,
-                              SendCallback done) {
-  std::optional<Route> route = RouteNow(message, peers);
+                              SendCallback done, std::shared_ptr<EncodeStream> stream) {
+  // A stream's route is the worker's to decide (OffloadStream).
+  std::optional<Route> route = stream ? std::nullopt : RouteNow(message, peers);
   Status s;
   SendJob direct;
   bool issue_here = false;
@@ -119,7 +142,8 @@ void HybridTransport::Enqueue(std::vector<int32_t> peers, bool broadcast, Messag
       s = Cancelled("transport stopped");
     } else {
       const uint64_t seq = next_seq_++;
-      SendJob job{seq, std::move(peers), broadcast, std::move(message), std::move(done), route};
+      SendJob job{seq,   std::move(peers), broadcast, std::move(message), std::move(done),
+                  route, std::move(stream)};
       issue_here = route && !route->store && jobs_.empty() && next_issue_ == job.seq &&
                    !GrantsDueLocked(job.peers);
       if (issue_here)
@@ -146,7 +170,10 @@ void HybridTransport::SendLoop() {
       jobs_.pop_front();
     }
     int stripe = 1;
-    Result<Message> stub = Offload(std::move(job.message), job.peers, job.route, &stripe);
+    Result<Message> stub = job.stream
+                               ? OffloadStream(*job.stream, job.peers[0], &stripe)
+                               : Offload(std::move(job.message), job.peers, job.route, &stripe);
+    job.stream.reset();
     if (!Issue(std::move(job), std::move(stub), stripe)) return;
   }
 }

@@ -14,7 +14,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -24,10 +26,12 @@
 #include "s3/s3rver.h"
 #include "transport/conformance.h"
 #include "transport/test_util.h"
+#include "xsilo/core/encode_stream.h"
 #include "xsilo/hybrid/hybrid.h"
 #include "xsilo/s3/client.h"
 #include "xsilo/s3/credentials.h"
 #include "xsilo/s3/server.h"
+#include "xsilo/transport/compression.h"
 
 extern char** environ;
 
@@ -410,6 +414,161 @@ TEST(GrpcS3, AGrantCarriesTheStoresSmallestPartSoTheUploadUsesEveryConnection) {
     (*client)->Stop();
     (*server)->Stop();
   }
+}
+
+// An object server with parts of 256 KiB that counts the parts PUT, and
+// a pair of grpc+s3 parties over it (threshold 1: everything to the
+// store): rank 0 with credentials, rank 1 with grants only.
+struct GrantPair {
+  std::unique_ptr<S3Server> s3;
+  std::atomic<int> parts{0};
+  std::unique_ptr<Transport> server, client;
+
+  void Start(const std::map<std::string, std::string>& extra = {}) {
+    S3ServerOptions so;
+    so.access_key = "test-access";
+    so.secret_key = "test-secret-key";
+    so.buckets = {"parts"};
+    so.min_part_bytes = 256 << 10;
+    so.on_request = [this](const S3FaultRequest& r) {
+      if (r.method == "PUT" && r.query.find("partNumber=") != std::string::npos) ++parts;
+    };
+    auto started = S3Server::Start(so);
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+    s3 = std::move(started).value();
+    std::map<std::string, std::string> store = {
+        {"store.endpoint", s3->endpoint()},  {"store.bucket", "parts"},
+        {"store.access_key", so.access_key}, {"store.secret_key", so.secret_key},
+        {"store.addressing", "path"},        {"grants", "1"},
+        {"min_part_bytes", "262144"},        {"threshold", "1"}};
+    std::map<std::string, std::string> own = {{"threshold", "1"}};
+    for (const auto& [k, v] : extra) store[k] = own[k] = v;
+    std::string address = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
+    auto s = PairParty("grpc+s3", address, 0, store);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    auto c = PairParty("grpc+s3", address, 1, own);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    server = std::move(s).value();
+    client = std::move(c).value();
+    std::thread start([&] { ASSERT_TRUE(server->Start().ok()); });
+    ASSERT_TRUE(client->Start().ok());
+    start.join();
+  }
+  // A message from rank 0 tops up the client's grants.
+  void Grant() {
+    ASSERT_TRUE(server->Send(1, PatternMessage(1024, 1, 0), 60s).ok());
+    ASSERT_TRUE(client->Receive(60s).ok());
+  }
+  ~GrantPair() {
+    if (client) client->Stop();
+    if (server) server->Stop();
+  }
+};
+
+// A message still being produced goes up through a multipart grant as it
+// comes: parts are on the store before it is finished. One abandoned, or
+// whose final tensors are not the bytes streamed, goes whole through the
+// same grant; an encoder's failure fails the send.
+TEST(GrpcS3, AStreamedSendGoesUpAsItIsProducedOrWholeWhenItWentAnotherWay) {
+  GrantPair pair;
+  ASSERT_NO_FATAL_FAILURE(pair.Start());
+  ASSERT_NO_FATAL_FAILURE(pair.Grant());
+  const uint64_t size = 12 << 20, piece = 1 << 20;
+  auto send = [&](std::shared_ptr<EncodeStream> stream) {
+    auto done = std::make_shared<std::promise<Status>>();
+    std::future<Status> f = done->get_future();
+    pair.client->SendStreamAsync(0, std::move(stream),
+                                 [done](const Status& s) { done->set_value(s); });
+    return f;
+  };
+  {
+    ASSERT_TRUE(pair.client->StreamsSends(0));
+    Message m = PatternMessage(size, 3, 0);
+    const Buffer data = m.tensors.at("w").data;
+    auto stream = std::make_shared<EncodeStream>(size);
+    stream->SetInputBytes(size);
+    auto sent = send(stream);
+    for (uint64_t off = 0; off < size / 2; off += piece) {
+      stream->Append(data.SliceUnchecked(off, piece), piece);
+    }
+    for (int i = 0; i < 6000 && pair.parts.load() == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_GE(pair.parts.load(), 1) << "no part went up before the message was finished";
+    for (uint64_t off = size / 2; off < size; off += piece) {
+      stream->Append(data.SliceUnchecked(off, piece), piece);
+    }
+    stream->Finish(m);
+    ASSERT_TRUE(sent.get().ok());
+    auto got = pair.server->Receive(60s);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_TRUE(PatternIntact(*got));
+  }
+  for (const std::string way : {"abandoned", "other bytes"}) {
+    SCOPED_TRACE(way);
+    ASSERT_NO_FATAL_FAILURE(pair.Grant());
+    ASSERT_TRUE(pair.client->StreamsSends(0));
+    Message m = PatternMessage(size, 4, 0);
+    const Buffer data = m.tensors.at("w").data;
+    auto stream = std::make_shared<EncodeStream>(size);
+    auto sent = send(stream);
+    if (way == "abandoned") {
+      stream->Append(data.SliceUnchecked(0, 4 << 20), 4 << 20);
+      stream->Abandon();
+    } else {  // the same bytes, but a copy: not the message's own Buffers
+      stream->Append(Buffer::CopyFrom(data.data(), data.size()), size);
+    }
+    stream->Finish(m);
+    ASSERT_TRUE(sent.get().ok());
+    auto got = pair.server->Receive(60s);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_TRUE(PatternIntact(*got));
+  }
+  {
+    ASSERT_NO_FATAL_FAILURE(pair.Grant());
+    auto stream = std::make_shared<EncodeStream>(size);
+    auto sent = send(stream);
+    stream->Finish(Internal("the encoder failed"));
+    Status s = sent.get();
+    EXPECT_EQ(s.code(), StatusCode::kInternal) << s.ToString();
+  }
+}
+
+// Weights as a trained layer has them (the exponent bytes compress).
+Message WeightsMessage(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0, 0.05f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  Message m;
+  m.type = "update";
+  m.tensors.emplace("w", *Tensor::Make(DType::kF32, {static_cast<int64_t>(n)},
+                                       Buffer::CopyFrom(v.data(), v.size() * 4)));
+  m.tensors.emplace("b", *Tensor::Make(DType::kF32, {4}, Buffer::CopyFrom(v.data(), 16)));
+  return m;
+}
+
+// The compressing decorator streams a compressed message of a party
+// without credentials into its grant; it arrives bit for bit.
+TEST(GrpcS3, ACompressedMessageOfAPartyWithoutCredentialsIsStreamedIntoItsGrant) {
+  GrantPair pair;
+  ASSERT_NO_FATAL_FAILURE(
+      pair.Start({{"compression", "lossless"}, {"compression.when", "always"}}));
+  ASSERT_NO_FATAL_FAILURE(pair.Grant());
+  const Message m = WeightsMessage(3 << 20, 5);
+  ASSERT_TRUE(pair.client->Send(0, m, 60s).ok());
+  auto got = pair.server->Receive(60s);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  for (const char* name : {"w", "b"}) {
+    ASSERT_TRUE(got->tensors.count(name)) << name;
+    EXPECT_EQ(got->tensors.at(name).dtype, DType::kF32);
+    EXPECT_EQ(got->tensors.at(name).data.view(), m.tensors.at(name).data.view()) << name;
+  }
+  auto summary = CompressionSummaryOf(*pair.client);
+  ASSERT_TRUE(summary.has_value());
+  EXPECT_EQ(summary->messages_compressed, 1u);
+  EXPECT_EQ(summary->messages_streamed, 1u);
+  EXPECT_GE(pair.parts.load(), 2);
 }
 
 // The embedded object server accepts the parts its grants announce:

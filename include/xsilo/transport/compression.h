@@ -132,6 +132,9 @@ bool CompressionCannotPay(uint64_t eligible_bytes, uint64_t message_bytes, doubl
 struct CompressionSummary {
   uint64_t messages_sent = 0;
   uint64_t messages_compressed = 0;
+  // Compressed messages handed to the inner transport as they were
+  // encoded (Transport::SendStreamAsync: the hybrid's grant uploads).
+  uint64_t messages_streamed = 0;
   uint64_t raw_bytes = 0;      // tensor bytes of the tensors it encoded
   uint64_t encoded_bytes = 0;  // what they became
   double encode_seconds = 0;

@@ -31,6 +31,8 @@
 
 namespace xsilo {
 
+class EncodeStream;
+
 struct TransportOptions {
   // This party's rank. Rank 0 is the server.
   int32_t rank = 0;
@@ -81,6 +83,23 @@ class Transport {
   // after all peers completed, with the first error if any. The default
   // implementation issues one SendAsync per peer with shared Buffers.
   virtual void BroadcastAsync(std::vector<int32_t> peers, Message message, SendCallback done);
+
+  // A send to `peer` of a message still being encoded (EncodeStream: its
+  // producer Finish()es it with the message, or with the encoder's
+  // error, which `done` then gets): a transport that StreamsSends to the
+  // peer puts the first bytes on the wire meanwhile. A decorator that
+  // encodes asks first; the default streams nothing, and SendStreamAsync
+  // is then Unimplemented.
+  virtual bool StreamsSends(int32_t peer) {
+    (void)peer;
+    return false;
+  }
+  virtual void SendStreamAsync(int32_t peer, std::shared_ptr<EncodeStream> stream,
+                               SendCallback done) {
+    (void)peer;
+    (void)stream;
+    done(Unimplemented(std::string(name()) + " does not take streamed sends"));
+  }
 
   // Blocking forms. On Timeout the send may still complete later.
   Status Send(int32_t peer, Message message, Duration timeout);

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "xsilo/core/cpus.h"
+#include "xsilo/core/encode_stream.h"
 #include "xsilo/transport/compression.h"
 #include "xsilo/transport/forwarding.h"
 
@@ -166,17 +167,47 @@ class CompressingTransport final : public ForwardingTransport {
         return;
       }
     }
-    auto prepared = Prepare(peers, &message);
+    auto flight = std::make_shared<InFlight>();
+    flight->done = std::move(done);
+    // To one peer whose transport takes a message still being encoded
+    // (the hybrid's grant uploads): the stream starts with the encode, and
+    // its first parts are on the wire while the rest is encoded. Its send
+    // is timed, like any other, from the end of the encode.
+    std::shared_ptr<EncodeStream> stream;
+    auto timing = std::make_shared<std::pair<uint64_t, Clock::time_point>>();
+    StreamStart start_stream;
+    if (!broadcast && peers.size() == 1 && inner().StreamsSends(peers.front())) {
+      start_stream = [&](uint64_t expected) {
+        stream = std::make_shared<EncodeStream>(expected);
+        inner().SendStreamAsync(peers.front(), stream,
+                                [this, peers, flight, timing](const Status& s) {
+                                  Finisher(peers, timing->first, timing->second, flight)(s);
+                                });
+        return stream.get();
+      };
+    }
+    auto prepared = Prepare(peers, &message, start_stream);
     if (!prepared.ok()) {
-      if (done) done(prepared.status());
+      if (stream) {
+        stream->Finish(prepared.status());  // the inner send fails with it
+      } else if (flight->done) {
+        flight->done(prepared.status());
+      }
       return;
     }
-    auto flight = std::make_shared<InFlight>();
     flight->prepared = *std::move(prepared);
-    flight->done = std::move(done);
     const bool borrowed = flight->prepared.borrowed;
     if (borrowed) flight->left.store(2);
     const uint64_t wire = message.payload_bytes();
+    if (stream) {
+      *timing = {wire, Clock::now()};
+      stream->Finish(std::move(message));
+      if (borrowed) {
+        OwnReference(*flight);
+        flight->Arrive();
+      }
+      return;
+    }
     auto finish = Finisher(peers, wire, Clock::now(), flight);
     if (broadcast) {
       inner().BroadcastAsync(std::move(peers), std::move(message), std::move(finish));
@@ -209,8 +240,15 @@ class CompressingTransport final : public ForwardingTransport {
     owned_cv_.notify_all();
   }
 
-  // Chooses, encodes, and notes the reference the message establishes.
-  Result<Prepared> Prepare(const std::vector<int32_t>& peers, Message* m) {
+  // Starts a streamed send of a message about to be encoded to
+  // `expected` bytes; the stream the encoder appends to.
+  using StreamStart = std::function<EncodeStream*(uint64_t expected)>;
+
+  // Chooses, encodes (into the stream `start_stream` starts, when given
+  // and the message is to be compressed), and notes the reference the
+  // message establishes.
+  Result<Prepared> Prepare(const std::vector<int32_t>& peers, Message* m,
+                           const StreamStart& start_stream = nullptr) {
     Prepared p;
     std::optional<int64_t> base;
     // Left on the message: the receiver corrects the update by it (OnDelivery).
@@ -263,6 +301,7 @@ class CompressingTransport final : public ForwardingTransport {
     TensorMap original;  // shares the Buffers until CopyTensors below
     if (p.reference_key) original = m->tensors;
     CompressStats st;
+    EncodeStream* stream = nullptr;
     if (choice.compress) {
       // Top-k's error feedback: what the last update to these peers left
       // out is added to this one (one update at a time per peer set).
@@ -272,23 +311,30 @@ class CompressingTransport final : public ForwardingTransport {
         ef = std::unique_lock<std::mutex>(residual_mu_);
         residual = &residuals_[peers];
       }
+      if (start_stream) {
+        const double ratio = choice.ratio > 0 && choice.ratio < 1 ? choice.ratio : 1.0;
+        stream = start_stream(static_cast<uint64_t>(static_cast<double>(bytes) * ratio));
+      }
       XSILO_RETURN_IF_ERROR(CompressMessage(m, choice.recipe, o,
                                             choice.recipe.delta ? reference.get() : nullptr,
-                                            base.value_or(0), &st, residual)
+                                            base.value_or(0), &st, residual, stream)
                                 .WithContext("compressing the message"));
       if (st.tensors > 0) {
         choice.reason += "; sent " + Fixed(st.ratio(), 3) + " of " + std::to_string(st.raw_bytes) +
                          " B, encoded in " + Fixed(st.seconds * 1e3, 1) + " ms";
       }
+      if (stream) choice.reason += ", streamed";
     }
     if (DebugLog()) {
       std::cerr << "xsilo compression rank " << rank() << " -> " << PeersText(peers) << ": "
                 << choice.reason << "\n";
     }
     {
+      const bool streamed = stream != nullptr;
       std::lock_guard<std::mutex> lock(mu_);
       ++summary_.messages_sent;
       if (st.tensors > 0) ++summary_.messages_compressed;
+      if (streamed) ++summary_.messages_streamed;
       summary_.raw_bytes += st.raw_bytes;
       summary_.encoded_bytes += st.encoded_bytes;
       summary_.encode_seconds += st.seconds;
