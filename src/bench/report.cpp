@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <ctime>
 #include <sstream>
+#include <string_view>
 
 namespace xsilo::bench {
 
@@ -53,11 +54,16 @@ bool SplitCompressionSuffix(const std::string& name, std::string* base,
   }
   static const char* kCodecs[] = {"auto", "lossless",  "bf16",      "fp16",     "int8",
                                   "topk", "bf16+topk", "fp16+topk", "int8+topk"};
-  const std::string codec = name.substr(tilde + 1);
+  std::string_view codec = std::string_view(name).substr(tilde + 1);
+  // ":whole": the compressed message is not streamed (compression.stream=0).
+  constexpr std::string_view kWhole = ":whole";
+  const bool unstreamed = codec.ends_with(kWhole);
+  if (unstreamed) codec.remove_suffix(kWhole.size());
   if (tilde == 0 || std::find(std::begin(kCodecs), std::end(kCodecs), codec) == std::end(kCodecs))
     return false;
   *base = name.substr(0, tilde);
-  (*options)["compression"] = codec;
+  (*options)["compression"] = std::string(codec);
+  if (unstreamed) options->insert_or_assign("compression.stream", std::string("0"));
   return true;
 }
 

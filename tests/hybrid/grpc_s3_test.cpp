@@ -549,26 +549,31 @@ Message WeightsMessage(size_t n, uint32_t seed) {
 }
 
 // The compressing decorator streams a compressed message of a party
-// without credentials into its grant; it arrives bit for bit.
+// without credentials into its grant (unless compression.stream=0); it
+// arrives bit for bit either way.
 TEST(GrpcS3, ACompressedMessageOfAPartyWithoutCredentialsIsStreamedIntoItsGrant) {
-  GrantPair pair;
-  ASSERT_NO_FATAL_FAILURE(
-      pair.Start({{"compression", "lossless"}, {"compression.when", "always"}}));
-  ASSERT_NO_FATAL_FAILURE(pair.Grant());
-  const Message m = WeightsMessage(3 << 20, 5);
-  ASSERT_TRUE(pair.client->Send(0, m, 60s).ok());
-  auto got = pair.server->Receive(60s);
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
-  for (const char* name : {"w", "b"}) {
-    ASSERT_TRUE(got->tensors.count(name)) << name;
-    EXPECT_EQ(got->tensors.at(name).dtype, DType::kF32);
-    EXPECT_EQ(got->tensors.at(name).data.view(), m.tensors.at(name).data.view()) << name;
+  for (const std::string stream : {"1", "0"}) {
+    SCOPED_TRACE("compression.stream=" + stream);
+    GrantPair pair;
+    ASSERT_NO_FATAL_FAILURE(pair.Start({{"compression", "lossless"},
+                                        {"compression.when", "always"},
+                                        {"compression.stream", stream}}));
+    ASSERT_NO_FATAL_FAILURE(pair.Grant());
+    const Message m = WeightsMessage(3 << 20, 5);
+    ASSERT_TRUE(pair.client->Send(0, m, 60s).ok());
+    auto got = pair.server->Receive(60s);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    for (const char* name : {"w", "b"}) {
+      ASSERT_TRUE(got->tensors.count(name)) << name;
+      EXPECT_EQ(got->tensors.at(name).dtype, DType::kF32);
+      EXPECT_EQ(got->tensors.at(name).data.view(), m.tensors.at(name).data.view()) << name;
+    }
+    auto summary = CompressionSummaryOf(*pair.client);
+    ASSERT_TRUE(summary.has_value());
+    EXPECT_EQ(summary->messages_compressed, 1u);
+    EXPECT_EQ(summary->messages_streamed, stream == "1" ? 1u : 0u);
+    EXPECT_GE(pair.parts.load(), 2);
   }
-  auto summary = CompressionSummaryOf(*pair.client);
-  ASSERT_TRUE(summary.has_value());
-  EXPECT_EQ(summary->messages_compressed, 1u);
-  EXPECT_EQ(summary->messages_streamed, 1u);
-  EXPECT_GE(pair.parts.load(), 2);
 }
 
 // The embedded object server accepts the parts its grants announce:

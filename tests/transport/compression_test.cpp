@@ -196,6 +196,7 @@ TEST(CompressionOptions, ParseAndRefuseClearly) {
            {{"compression", "lossless"}, {"compression.long_link_MBps", "nan"}},
            {{"compression", "lossless"}, {"compression.long_link_MBps", "inf"}},
            {{"compression", "lossless"}, {"compression.speed", "1"}},
+           {{"compression", "lossless"}, {"compression.stream", "yes"}},
            {{"compression", "lossless+topk"}},
            {{"compression", "topk"}, {"compression.topk_fraction", "0"}},
            {{"compression", "topk"}, {"compression.topk_fraction", "1.5"}},

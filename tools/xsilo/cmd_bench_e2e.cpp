@@ -19,7 +19,8 @@ void AddBenchE2eCommand(CLI::App* bench) {
       ->capture_default_str();
   e2e->add_option("--backends", a->backends,
                   "comma list: grpc, grpc-s4, grpc-unary, grpc+s3, auto+s3, tensorpipe; "
-                  "NAME~CODEC (auto, lossless, bf16, fp16, int8) for NAME compressed")
+                  "NAME~CODEC (auto, lossless, bf16, fp16, int8, topk, CAST+topk) for NAME "
+                  "compressed, NAME~CODEC:whole for the same not streamed")
       ->capture_default_str();
   e2e->add_option("--tiers", a->tiers, "comma list of small, medium, big, large")
       ->capture_default_str();

@@ -27,8 +27,10 @@ std::vector<std::string> SplitList(const std::string& s);
 // A benchmark backend name may end in "~CODEC" (auto+s3~lossless,
 // grpc~int8): the base backend under the compressing decorator with
 // compression=CODEC (docs/compression.md), a row of its own beside the
-// base. Returns the base name and adds the option to *options; the name
-// itself when it has no suffix. False for an unknown CODEC.
+// base; "~CODEC:whole" the same without streaming (compression.stream=0,
+// for an A/B in one run). Returns the base name and adds the options to
+// *options; the name itself when it has no suffix. False for an unknown
+// CODEC.
 bool SplitCompressionSuffix(const std::string& name, std::string* base,
                             std::map<std::string, std::string>* options);
 

@@ -67,6 +67,10 @@ struct CompressionPolicy {
   double topk = 0;
   // A codec must beat sending as it is by this fraction of the time.
   double margin = 0.05;
+  // Hand a compressed message to a transport that takes one still being
+  // encoded (Transport::StreamsSends) as it is encoded
+  // (compression.stream, 1 by default).
+  bool stream = true;
 };
 
 // Whether options.backend asks for compression; if so *policy is filled

@@ -176,7 +176,7 @@ class CompressingTransport final : public ForwardingTransport {
     std::shared_ptr<EncodeStream> stream;
     auto timing = std::make_shared<std::pair<uint64_t, Clock::time_point>>();
     StreamStart start_stream;
-    if (!broadcast && peers.size() == 1 && inner().StreamsSends(peers.front())) {
+    if (policy_.stream && !broadcast && peers.size() == 1 && inner().StreamsSends(peers.front())) {
       start_stream = [&](uint64_t expected) {
         stream = std::make_shared<EncodeStream>(expected);
         inner().SendStreamAsync(peers.front(), stream,
@@ -1123,7 +1123,8 @@ Result<bool> ParseCompressionOptions(const TransportOptions& options, Compressio
                                                  "compression.min_message_bytes",
                                                  "compression.link_MBps",
                                                  "compression.long_link_MBps",
-                                                 "compression.topk_fraction"};
+                                                 "compression.topk_fraction",
+                                                 "compression.stream"};
     if (!kKnown.count(k)) {
       std::string list;
       for (const auto& n : kKnown) list += (list.empty() ? "" : ", ") + n;
@@ -1135,6 +1136,12 @@ Result<bool> ParseCompressionOptions(const TransportOptions& options, Compressio
       return InvalidArgument("compression.when='" + it->second + "' is neither auto nor always");
     }
     p.always = it->second == "always";
+  }
+  if (auto it = own.find("compression.stream"); it != own.end()) {
+    if (it->second != "0" && it->second != "1") {
+      return InvalidArgument("compression.stream must be 0 or 1");
+    }
+    p.stream = it->second == "1";
   }
   XSILO_ASSIGN_OR_RETURN(double level, number("compression.level", 1));
   XSILO_ASSIGN_OR_RETURN(double threads, number("compression.threads", 0));
