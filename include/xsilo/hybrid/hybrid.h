@@ -60,7 +60,9 @@ struct HybridOptions {
   // to each message it sends an upload grant per receiver (a fresh key and
   // presigned multipart part URLs, or one PUT URL). A receiver without storage access uploads its
   // next big send to that party through the grant instead of sending it inline. Default 0; on
-  // whenever the embedded object server is used.
+  // whenever the embedded object server is used. A compressed message goes
+  // up through a multipart grant while it is encoded (compression.stream,
+  // docs/compression.md "Streamed uploads").
   bool grant_uploads = false;
   // The backend "auto+<connector>" (docs/auto.md): instead of
   // threshold_bytes, each message goes inline or through the connector as
