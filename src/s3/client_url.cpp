@@ -451,6 +451,7 @@ Result<UrlStreamResult> HttpPutUrlStream(const UrlStreamUpload& s) {
   out.early_bytes = planned - held;
   if (failed.load()) return join();
   if (st.abandoned) {
+    failed = true;  // the parts still queued are not sent
     (void)join();
     return Cancelled("HttpPutUrlStream: the body was abandoned after " +
                      std::to_string(out.early_bytes) + " bytes went ahead in " +

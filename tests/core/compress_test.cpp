@@ -632,8 +632,9 @@ TEST(Compress, AStreamGetsThePayloadChunkByChunkInPayloadOrder) {
     for (int threads : {1, 2}) {
       SCOPED_TRACE(std::string(QuantName(q)) + " on " + std::to_string(threads) + " threads");
       Message m;
-      // Raw tensors (small, I64, small U8) go ahead of the U8 encoded
-      // ones in payload order, whatever their names.
+      // Payload order is by dtype size, the encoded tensors counting as
+      // U8, then by name: c.steps (I64), a.bias (F32, small: as it is),
+      // then b.weight, d.weight (encoded) and e.mask (U8, as it is).
       m.tensors.emplace("a.bias", TensorOf(DType::kF32, Weights(100, 52)));
       m.tensors.emplace("b.weight", TensorOf(DType::kF32, Stepped(base, 53, 1e-3f)));
       m.tensors.emplace("c.steps", TensorOf(DType::kI64, std::vector<int64_t>{7, 8, 9}));
@@ -661,8 +662,8 @@ TEST(Compress, AStreamGetsThePayloadChunkByChunkInPayloadOrder) {
       auto mid = stream.Range(1000, 70000).Flatten();
       ASSERT_TRUE(mid.ok());
       EXPECT_EQ(mid->view(), payload.substr(1000, 70000));
-      // The three raw tensors, then chunk after chunk (each a separate
-      // append): 2 tensors of 800 KB and 600 KB in 64 KiB chunks.
+      // The three tensors as they are, and chunk after chunk (each a
+      // separate append): 2 tensors of 800 KB and 600 KB in 64 KiB chunks.
       EXPECT_GE(seen.size(), 3u + 13u + 10u);
       EXPECT_EQ(seen.back(), payload.size());
       auto taken = stream.TakeMessage();

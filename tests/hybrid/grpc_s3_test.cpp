@@ -512,6 +512,7 @@ TEST(GrpcS3, AStreamedSendGoesUpAsItIsProducedOrWholeWhenItWentAnotherWay) {
     const Buffer data = m.tensors.at("w").data;
     auto stream = std::make_shared<EncodeStream>(size);
     auto sent = send(stream);
+    const int parts_before = pair.parts.load();
     if (way == "abandoned") {
       stream->Append(data.SliceUnchecked(0, 4 << 20), 4 << 20);
       stream->Abandon();
@@ -523,6 +524,8 @@ TEST(GrpcS3, AStreamedSendGoesUpAsItIsProducedOrWholeWhenItWentAnotherWay) {
     auto got = pair.server->Receive(60s);
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     EXPECT_TRUE(PatternIntact(*got));
+    // Whole through the grant, not inline: 12 MiB in its 32 parts.
+    EXPECT_GE(pair.parts.load() - parts_before, 32);
   }
   {
     ASSERT_NO_FATAL_FAILURE(pair.Grant());

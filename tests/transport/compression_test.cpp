@@ -11,8 +11,10 @@
 #include <future>
 #include <optional>
 #include <random>
+#include <thread>
 
 #include "transport/conformance.h"
+#include "xsilo/core/encode_stream.h"
 #include "xsilo/transport/forwarding.h"
 #include "xsilo/transport/registry.h"
 
@@ -872,6 +874,89 @@ TEST(CompressingTransport, SamplesACodecThatCannotPayOnlyOnce) {
       EXPECT_EQ(skipped, skips && i > 0) << "message " << i << ": " << why;
     }
     EXPECT_EQ(CompressionSummaryOf(*world[0])->messages_compressed, skips ? 0u : 3u);
+  }
+}
+
+// An inner transport that takes streamed sends: it fails one at once
+// (as a stopped transport does), or sends the message once it is
+// finished.
+class StreamingInner final : public ForwardingTransport {
+ public:
+  StreamingInner(std::unique_ptr<Transport> inner, bool fail_now)
+      : ForwardingTransport(std::move(inner)), fail_now_(fail_now) {}
+  ~StreamingInner() override {
+    for (auto& t : threads_) t.join();
+  }
+  bool StreamsSends(int32_t) override { return true; }
+  void SendStreamAsync(int32_t peer, std::shared_ptr<EncodeStream> stream,
+                       SendCallback done) override {
+    if (fail_now_) return done(Cancelled("transport stopped"));
+    threads_.emplace_back([this, peer, stream, done = std::move(done)] {
+      auto m = stream->TakeMessage();
+      if (!m.ok()) return done(m.status());
+      inner().SendAsync(peer, std::move(m).value(), done);
+    });
+  }
+
+ private:
+  const bool fail_now_;
+  std::vector<std::thread> threads_;
+};
+
+// A streamed send's callback runs once, after the encode, even when the
+// inner transport fails it before the encode began; one that goes
+// arrives as sent.
+TEST(CompressingTransport, AStreamedSendCompletesOnceAfterItsEncode) {
+  for (bool fail_now : {true, false}) {
+    SCOPED_TRACE(fail_now ? "failed at once" : "sent");
+    const std::string fabric = fail_now ? "compression-stream-fail" : "compression-stream";
+    const std::map<std::string, std::string> backend = {{"compression", "lossless"},
+                                                        {"compression.when", "always"}};
+    TransportOptions o;
+    o.rank = 0;
+    o.world_size = 2;
+    o.address = fabric;
+    auto inner = TransportRegistry::Global().Create("inproc", o);
+    ASSERT_TRUE(inner.ok()) << inner.status().ToString();
+    o.backend = backend;
+    CompressionPolicy policy;
+    TransportOptions rest;
+    ASSERT_TRUE(ParseCompressionOptions(o, &policy, &rest).ok());
+    std::unique_ptr<Transport> sender = MakeCompressingTransport(
+        std::make_unique<StreamingInner>(std::move(inner).value(), fail_now), policy);
+    o.rank = 1;
+    auto receiver = TransportRegistry::Global().Create("inproc", o);
+    ASSERT_TRUE(receiver.ok()) << receiver.status().ToString();
+    auto started = std::async(std::launch::async, [&] { return sender->Start(); });
+    ASSERT_TRUE((*receiver)->Start().ok());
+    ASSERT_TRUE(started.get().ok());
+
+    Message m;
+    const auto values = Weights(1 << 18, 21);
+    m.tensors["w"] = F32(values);
+    std::atomic<int> calls{0};
+    std::atomic<uint64_t> sent_at_callback{0};
+    std::promise<Status> done;
+    sender->SendAsync(1, m, [&](const Status& s) {
+      sent_at_callback = CompressionSummaryOf(*sender)->messages_sent;
+      if (calls.fetch_add(1) == 0) done.set_value(s);
+    });
+    auto f = done.get_future();
+    ASSERT_EQ(f.wait_for(30s), std::future_status::ready);
+    const Status s = f.get();
+    EXPECT_EQ(sent_at_callback.load(), 1u) << "the callback ran before the encode ended";
+    EXPECT_EQ(CompressionSummaryOf(*sender)->messages_streamed, 1u);
+    if (fail_now) {
+      EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.ToString();
+    } else {
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      auto got = (*receiver)->Receive(30s);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_EQ(Floats(got->tensors.at("w")), values);
+    }
+    sender->Stop();
+    (*receiver)->Stop();
+    EXPECT_EQ(calls.load(), 1);
   }
 }
 

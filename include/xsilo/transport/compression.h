@@ -136,8 +136,10 @@ bool CompressionCannotPay(uint64_t eligible_bytes, uint64_t message_bytes, doubl
 struct CompressionSummary {
   uint64_t messages_sent = 0;
   uint64_t messages_compressed = 0;
-  // Compressed messages handed to the inner transport as they were
-  // encoded (Transport::SendStreamAsync: the hybrid's grant uploads).
+  // Compressed messages handed to the inner transport while they were
+  // encoded (Transport::SendStreamAsync: the hybrid's grant uploads); the
+  // transport still sends one whole when a tensor went another way than
+  // the encoder planned (EncodeStream::Abandon).
   uint64_t messages_streamed = 0;
   uint64_t raw_bytes = 0;      // tensor bytes of the tensors it encoded
   uint64_t encoded_bytes = 0;  // what they became

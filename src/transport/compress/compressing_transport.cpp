@@ -171,18 +171,19 @@ class CompressingTransport final : public ForwardingTransport {
     flight->done = std::move(done);
     // To one peer whose transport takes a message still being encoded
     // (the hybrid's grant uploads): the stream starts with the encode, and
-    // its first parts are on the wire while the rest is encoded. Its send
-    // is timed, like any other, from the end of the encode.
+    // its first parts are on the wire while the rest is encoded.
     std::shared_ptr<EncodeStream> stream;
-    auto timing = std::make_shared<std::pair<uint64_t, Clock::time_point>>();
     StreamStart start_stream;
     if (policy_.stream && !broadcast && peers.size() == 1 && inner().StreamsSends(peers.front())) {
       start_stream = [&](uint64_t expected) {
         stream = std::make_shared<EncodeStream>(expected);
-        inner().SendStreamAsync(peers.front(), stream,
-                                [this, peers, flight, timing](const Status& s) {
-                                  Finisher(peers, timing->first, timing->second, flight)(s);
-                                });
+        // Two arrivals, the inner send's and ours once the stream is
+        // finished (and a borrowed reference copied): the caller's
+        // callback never runs while we still encode or read its Buffers,
+        // even when the inner send fails at once. No link sample: most of
+        // its bytes went while the encode ran.
+        flight->left.store(2);
+        inner().SendStreamAsync(peers.front(), stream, Finisher(peers, 0, Clock::now(), flight));
         return stream.get();
       };
     }
@@ -190,6 +191,7 @@ class CompressingTransport final : public ForwardingTransport {
     if (!prepared.ok()) {
       if (stream) {
         stream->Finish(prepared.status());  // the inner send fails with it
+        flight->Arrive();
       } else if (flight->done) {
         flight->done(prepared.status());
       }
@@ -197,17 +199,14 @@ class CompressingTransport final : public ForwardingTransport {
     }
     flight->prepared = *std::move(prepared);
     const bool borrowed = flight->prepared.borrowed;
-    if (borrowed) flight->left.store(2);
-    const uint64_t wire = message.payload_bytes();
     if (stream) {
-      *timing = {wire, Clock::now()};
       stream->Finish(std::move(message));
-      if (borrowed) {
-        OwnReference(*flight);
-        flight->Arrive();
-      }
+      if (borrowed) OwnReference(*flight);
+      flight->Arrive();
       return;
     }
+    if (borrowed) flight->left.store(2);
+    const uint64_t wire = message.payload_bytes();
     auto finish = Finisher(peers, wire, Clock::now(), flight);
     if (broadcast) {
       inner().BroadcastAsync(std::move(peers), std::move(message), std::move(finish));
@@ -375,6 +374,9 @@ class CompressingTransport final : public ForwardingTransport {
     return p;
   }
 
+  // A send's completion: times `wire` bytes from `start` as a sample of
+  // the link (none under kMinMeasuredBytes: 0 for none), keeps the
+  // reference it established, and arrives.
   SendCallback Finisher(std::vector<int32_t> peers, uint64_t wire, Clock::time_point start,
                         std::shared_ptr<InFlight> flight) {
     return [this, peers = std::move(peers), wire, start, flight](const Status& s) {
