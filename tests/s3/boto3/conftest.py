@@ -115,16 +115,54 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _listening_inodes(port):
+    """Inodes of the sockets listening on 127.0.0.1/any `port` (Linux)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].split(":")[1], 16) == port:
+                inodes.add(fields[9])
+    return inodes
+
+
+def _listens(proc, port):
+    """Whether `proc` itself listens on `port`: another test's server that
+    got the same free port first is not ours (ctest runs two at once)."""
+    inodes = _listening_inodes(port)
+    try:
+        fds = os.listdir("/proc/%d/fd" % proc.pid)
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (proc.pid, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:[") and link[8:-1] in inodes:
+            return True
+    return False
+
+
 def _wait_accepting(proc, port, what):
+    """True once `proc` accepts connections on `port`; False when it
+    exited first (the port was taken: the caller tries another)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail("%s exited with %s before accepting connections" % (what, proc.returncode))
+            return False
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
+            if _listens(proc, port):
+                return True
         except OSError:
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)
     pytest.fail("%s did not accept connections on port %d within 30 s" % (what, port))
 
 
@@ -144,7 +182,28 @@ class Server:
 def server(request):
     backend = request.config.getoption("--backend")
     workdir = tempfile.mkdtemp(prefix="xsilo-boto3-")
-    port = _free_port()
+    for attempt in range(5):  # a free port another test's server took first: another
+        port = _free_port()
+        proc, keys = _start_server(request, backend, workdir, port)
+        if _wait_accepting(proc, port, backend):
+            break
+        if attempt == 4:
+            pytest.fail("%s exited with %s before accepting connections" % (backend, proc.returncode))
+    try:
+        yield Server(backend, "http://127.0.0.1:%d" % port, keys, proc)
+        assert proc.poll() is None, "%s died during the tests (exit %s)" % (backend, proc.returncode)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _start_server(request, backend, workdir, port):
     if backend.startswith("xsilo"):
         exe = request.config.getoption("--xsilo")
         if not exe or not os.access(exe, os.X_OK):
@@ -165,19 +224,7 @@ def server(request):
         env = dict(os.environ)
         env["NODE_OPTIONS"] = ("--openssl-legacy-provider " + env.get("NODE_OPTIONS", "")).strip()
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, env=env, start_new_session=True)
-    try:
-        _wait_accepting(proc, port, backend)
-        yield Server(backend, "http://127.0.0.1:%d" % port, keys, proc)
-        assert proc.poll() is None, "%s died during the tests (exit %s)" % (backend, proc.returncode)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        shutil.rmtree(workdir, ignore_errors=True)
+    return proc, keys
 
 
 def make_client(server, secret_key=None, **config):
