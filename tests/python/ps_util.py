@@ -21,20 +21,40 @@ class RedisServer:
     def __init__(self):
         if shutil.which("redis-server") is None:
             raise RuntimeError("cannot start redis-server (install Debian's redis-server)")
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--proto-max-bulk-len", "536870912", "--loglevel",
-             "warning"], stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while True:  # readiness: the port accepts a connection
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+        # A free port another test's server took first (tests run two at
+        # once) makes ours exit: another port then.
+        for _ in range(5):
+            self.port = free_port()
+            self.proc = subprocess.Popen(
+                ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--proto-max-bulk-len", "536870912", "--loglevel",
+                 "warning"], stdout=subprocess.DEVNULL)
+            if self._wait_ours():
                 return
+        raise RuntimeError("redis-server did not come up on a free port in 5 tries")
+
+    def _wait_ours(self):
+        """True once our redis-server answers on the port (INFO names its
+        process id); False when it exited first."""
+        deadline = time.monotonic() + 60
+        while self.proc.poll() is None:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as c:
+                    c.sendall(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
+                    reply = b""
+                    while b"process_id:" not in reply or not reply.endswith(b"\r\n"):
+                        chunk = c.recv(65536)
+                        if not chunk:
+                            break
+                        reply += chunk
+                if b"process_id:%d\r\n" % self.proc.pid in reply:
+                    return True
             except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server did not come up on port {self.port}")
-                time.sleep(0.02)
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not come up on port {self.port}")
+            time.sleep(0.02)
+        return False
 
     def stop(self):
         self.proc.terminate()
