@@ -39,19 +39,6 @@ UrlUploadArgs GrantUpload(const Grant& grant, const HybridOptions& hybrid) {
   return up;
 }
 
-// Every tensor with bytes: the object of a send routed to the store.
-TensorMap TakeAll(Message* m) {
-  TensorMap big;
-  for (auto it = m->tensors.begin(); it != m->tensors.end();) {
-    if (it->second.nbytes() > 0) {
-      big.insert(m->tensors.extract(it++));
-    } else {
-      ++it;
-    }
-  }
-  return big;
-}
-
 }  // namespace
 
 Status HybridTransport::PutThroughGrant(const Grant& grant, const Prepared& prepared,
@@ -85,21 +72,30 @@ Status HybridTransport::PutThroughGrant(const Grant& grant, const Prepared& prep
   return Status::OK();
 }
 
-Message HybridTransport::OffloadThroughGrant(Message m, TensorMap big, int32_t peer) {
-  if (std::optional<Grant> grant = TakeGrant(peer)) {
-    Prepared prepared = Prepare(big);
-    Status put = PutThroughGrant(*grant, prepared, peer);
-    if (put.ok()) {
-      Key key = grant->key;
-      key.size = prepared.payload.bytes.size;
-      MakeStub(&m, key, prepared.payload.checksum, prepared.blocks, "");
-      return m;
-    }
-    std::cerr << "xsilo " << name_ << ": upload through a grant of rank " << peer
-              << " failed, sending inline: " << put.ToString() << "\n";
+Message HybridTransport::GrantStub(Message m, TensorMap big, const Grant& grant,
+                                   const Prepared& prepared, const Status& put, int32_t peer) {
+  if (put.ok()) {
+    Key key = grant.key;
+    key.size = prepared.payload.bytes.size;
+    MakeStub(&m, key, prepared.payload.checksum, prepared.blocks, "");
+    return m;
   }
+  std::cerr << "xsilo " << name_ << ": upload through a grant of rank " << peer
+            << " failed, sending inline: " << put.ToString() << "\n";
   for (auto& [name, t] : big) m.tensors.insert_or_assign(name, std::move(t));
   return m;
+}
+
+Message HybridTransport::OffloadThroughGrant(Message m, TensorMap big, int32_t peer,
+                                             std::optional<Grant> grant) {
+  if (!grant) grant = TakeGrant(peer);
+  if (!grant) {
+    for (auto& [name, t] : big) m.tensors.insert_or_assign(name, std::move(t));
+    return m;
+  }
+  Prepared prepared = Prepare(big);
+  const Status put = PutThroughGrant(*grant, prepared, peer);
+  return GrantStub(std::move(m), std::move(big), *grant, prepared, put, peer);
 }
 
 Result<Message> HybridTransport::OffloadStream(EncodeStream& stream, int32_t peer, int* stripe) {
@@ -114,20 +110,9 @@ Result<Message> HybridTransport::OffloadStream(EncodeStream& stream, int32_t pee
   if (!grant || grant->part_urls.empty()) {  // the ordinary way, once encoded
     XSILO_ASSIGN_OR_RETURN(Message m, stream.TakeMessage());
     if (!grant) return Offload(std::move(m), peers, route, stripe);
-    TensorMap big = TakeAll(&m);
+    TensorMap big = TakeTensors(&m, 1);
     if (big.empty()) return m;
-    Prepared prepared = Prepare(big);
-    Status put = PutThroughGrant(*grant, prepared, peer);
-    if (!put.ok()) {
-      std::cerr << "xsilo " << name_ << ": upload through a grant of rank " << peer
-                << " failed, sending inline: " << put.ToString() << "\n";
-      for (auto& [name, t] : big) m.tensors.insert_or_assign(name, std::move(t));
-      return m;
-    }
-    Key key = grant->key;
-    key.size = prepared.payload.bytes.size;
-    MakeStub(&m, key, prepared.payload.checksum, prepared.blocks, "");
-    return m;
+    return OffloadThroughGrant(std::move(m), std::move(big), peer, std::move(grant));
   }
 
   // The message, once final (the head's maker takes it), and its object.
@@ -141,7 +126,7 @@ Result<Message> HybridTransport::OffloadStream(EncodeStream& stream, int32_t pee
     encoded_at = Clock::now();
     if (!final_message.ok()) return encoded = final_message.status();
     m = std::move(final_message).value();
-    big = TakeAll(&*m);
+    big = TakeTensors(&*m, 1);
     return Status::OK();
   };
   UrlStreamUpload up;
@@ -183,16 +168,7 @@ Result<Message> HybridTransport::OffloadStream(EncodeStream& stream, int32_t pee
     }
     put = PutThroughGrant(*grant, prepared, peer);
   }
-  if (!put.ok()) {
-    std::cerr << "xsilo " << name_ << ": upload through a grant of rank " << peer
-              << " failed, sending inline: " << put.ToString() << "\n";
-    for (auto& [name, t] : big) m->tensors.insert_or_assign(name, std::move(t));
-    return std::move(*m);
-  }
-  Key key = grant->key;
-  key.size = prepared.payload.bytes.size;
-  MakeStub(&*m, key, prepared.payload.checksum, prepared.blocks, "");
-  return std::move(*m);
+  return GrantStub(std::move(*m), std::move(big), *grant, prepared, put, peer);
 }
 
 bool HybridTransport::GrantsDueLocked(const std::vector<int32_t>& peers) {

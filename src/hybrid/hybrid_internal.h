@@ -117,6 +117,10 @@ struct Prepared {
   std::string blocks;
 };
 
+// Moves the tensors of `m` with bytes, `threshold` or more, out into the
+// map returned: the object of a send to the store.
+TensorMap TakeTensors(Message* m, uint64_t threshold);
+
 // Hashes p->payload (on up to `threads` threads; 0: by the hardware).
 void HashPrepared(Prepared* p, int threads = 0);
 // Encodes `tensors` (safetensors) and hashes them.
@@ -307,9 +311,15 @@ class HybridTransport final : public Transport {
   SendCallback TimeInlineBroadcast(const std::vector<int32_t>& peers, const Message& stub,
                                    SendCallback done);
 
-  // A party without storage access: upload through a grant from `peer`, or
-  // put the tensors back inline when it holds none (or the upload fails).
-  Message OffloadThroughGrant(Message m, TensorMap big, int32_t peer);
+  // A party without storage access: upload through `grant` (else one
+  // taken from `peer`), or put the tensors back inline when it holds none
+  // (or the upload fails).
+  Message OffloadThroughGrant(Message m, TensorMap big, int32_t peer,
+                              std::optional<Grant> grant = std::nullopt);
+  // The stub of `big` uploaded through `grant` when `put` succeeded; else
+  // `m` with its tensors back inline.
+  Message GrantStub(Message m, TensorMap big, const Grant& grant, const Prepared& prepared,
+                    const Status& put, int32_t peer);
 
   // The first usable grant of `peer`, taken; nullopt when none.
   std::optional<Grant> TakeGrant(int32_t peer);

@@ -7,6 +7,18 @@
 
 namespace xsilo::hybrid_detail {
 
+TensorMap TakeTensors(Message* m, uint64_t threshold) {
+  TensorMap big;
+  for (auto it = m->tensors.begin(); it != m->tensors.end();) {
+    if (it->second.nbytes() > 0 && it->second.nbytes() >= threshold) {
+      big.insert(m->tensors.extract(it++));
+    } else {
+      ++it;
+    }
+  }
+  return big;
+}
+
 Result<Message> HybridTransport::Offload(Message m, const std::vector<int32_t>& peers,
                                          std::optional<Route> route, int* stripe) {
   const size_t receivers = peers.size();
@@ -16,14 +28,7 @@ Result<Message> HybridTransport::Offload(Message m, const std::vector<int32_t>& 
   if (route && !route->store) return m;
   // Adaptive: all of the payload goes to the store.
   const uint64_t threshold = route ? 1 : hybrid_.threshold_bytes;
-  TensorMap big;
-  for (auto it = m.tensors.begin(); it != m.tensors.end();) {
-    if (it->second.nbytes() > 0 && it->second.nbytes() >= threshold) {
-      big.insert(m.tensors.extract(it++));
-    } else {
-      ++it;
-    }
-  }
+  TensorMap big = TakeTensors(&m, threshold);
   if (big.empty()) return m;
   if (!connector_) return OffloadThroughGrant(std::move(m), std::move(big), peers[0]);
   Prepared prepared;
