@@ -12,7 +12,7 @@ with a top-level folder of the repository,
     (src|include|tools|tests|docs|results|scripts|bench|python|fuzz|examples|data|cmake)/...
 
 and, in Markdown, for relative links `[text](path)` (from the file's
-folder). Prints `file:line: path` for each path that is neither a file nor
+folder) and code fences left open. Prints `file:line: path` for each path that is neither a file nor
 a folder of the repository (tracked, or new and not ignored) and exits 1
 if there is one; outside a git checkout it exits 77 (ctest: skipped).
 
@@ -30,7 +30,8 @@ Not checked:
   `<`, `{`, `$`, `%` or `#`, or ending in `-` or `_` (a prefix:
   `"results/p2p-" + UtcStamp()`);
 - paths in git history: a token right after `<commit>:` (7-40 hex digits,
-  or `<hash>`), as in `git show 8cbfe84:results/archive/HISTORY.md`;
+  or `<hash>`), as in `git show 8cbfe84:results/archive/HISTORY.md`, and
+  a git command's pathspec (after ` -- `: `git checkout 8cbfe84 -- results/x`);
 - what a command writes: a token right after `--out `, `--out=` or `-o `,
   and in the same file that path and what is under it (`xsilo bench plot
   --in` the folder the command above it wrote);
@@ -53,6 +54,7 @@ TOKEN = re.compile(r"(?<![A-Za-z0-9_.\-])((?:\.\./)*)((?:%s)/[A-Za-z0-9_./+\-]*)
 # What may come right before a token that is part of something else.
 REVISION = re.compile(r"(?:\b[0-9a-f]{7,40}|<[^>\s]*>):$")
 OUTPUT = re.compile(r"(?:--out[ =]|-o )$")
+GIT_PATHSPEC = re.compile(r"\bgit [a-z-]+ [^`]*?-- (?:\S+ )*$")
 PLACEHOLDER_AFTER = set("*<{$%#")
 CMAKE_VAR = re.compile(r"\$\{(\w+)\}/$")
 ROOT_VARS = ("PROJECT_SOURCE_DIR", "CMAKE_SOURCE_DIR", "XSILO_SOURCE_DIR")
@@ -125,7 +127,7 @@ def candidates(rel, text, outputs):
                 var = CMAKE_VAR.search(before)
                 if not var or var.group(1) not in ROOT_VARS + ("CMAKE_CURRENT_SOURCE_DIR",):
                     continue  # part of a longer path: build/bench/..., /tmp/results/...
-            if REVISION.search(before):
+            if REVISION.search(before) or GIT_PATHSPEC.search(before):
                 continue
             if OUTPUT.search(before):
                 outputs.add(path.rstrip(".,;:/"))
@@ -171,6 +173,9 @@ def main():
             text = open(os.path.join(ROOT, rel), encoding="utf-8").read()
         except UnicodeDecodeError:
             continue
+        if rel.endswith(".md") and sum(
+                1 for l in text.split("\n") if l.lstrip().startswith("```")) % 2:
+            missing.append((rel, 0, "(a code fence is not closed)", ""))
         outputs = set()
         found = list(candidates(rel, text, outputs))
         for n, written, full in found:
@@ -184,9 +189,10 @@ def main():
         # Paths git ignores (results/tmp/, build trees) are not the repository's.
         ignored = set(subprocess.run(
             ["git", "-C", ROOT, "check-ignore", "--no-index", "--stdin"],
-            input="\n".join(p for m in missing for p in (m[3], m[3] + "/")),
+            input="\n".join(p for m in missing if m[3] for p in (m[3], m[3] + "/")),
             capture_output=True, text=True).stdout.split("\n"))
-        missing = [m for m in missing if m[3] not in ignored and m[3] + "/" not in ignored]
+        missing = [m for m in missing
+                   if not m[3] or (m[3] not in ignored and m[3] + "/" not in ignored)]
     for rel, n, written, _ in missing:
         print(f"{rel}:{n}: {written}")
     if verbose:
