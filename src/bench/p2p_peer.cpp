@@ -211,7 +211,9 @@ Status RunSender(const PeerSpec& spec, Transport& t, json* result) {
   }
   (*result)["latency_ms"] = latency_ms;
   (*result)["delivery_ms"] = delivery_ms;
-  if (std::string route = t.RouteReason(); !route.empty()) (*result)["route"] = route;
+  if (LinkObserver* observer = t.link_observer()) {
+    if (std::string route = observer->RouteReason(); !route.empty()) (*result)["route"] = route;
+  }
   phase("latency");
 
   // (b) N distinct messages one after another, then all at once.

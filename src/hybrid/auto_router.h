@@ -139,7 +139,7 @@ class AutoRouter {
   // one of them shows kProbeMaxRtt or more (then the others do not
   // matter to a bound on the slowest), or `deadline`. Unlike WaitSettled
   // it starts no probe and waits for none: what a decorator needs before
-  // its choice (Transport::LearnLink) is the round trips, and a probe run
+  // its choice (LinkObserver::LearnLink) is the round trips, and a probe run
   // then, while the caller waits and nothing else runs, reads a LAN
   // faster than the send's own probe did (with compression=auto on lan,
   // clients' first updates went inline 31 times in 40 against 17 in 41,

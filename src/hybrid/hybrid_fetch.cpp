@@ -141,7 +141,7 @@ void HybridTransport::FetchLoop() {
         ack.params[kAckFetchUs] = fetched.micros;
         ack.params[kAckFetchStreams] = static_cast<int64_t>(fetched.streams);
       }
-      inner_->SendAsync(sender, std::move(ack), [](const Status&) {});
+      inner().SendAsync(sender, std::move(ack), [](const Status&) {});
     }
   }
 }

@@ -218,7 +218,7 @@ void HybridTransport::SendGrants(const std::vector<int32_t>& peers) {
       ++issued_per_peer_[p];
     }
     g.params["expires_s"] = static_cast<int64_t>(hybrid_.presign_expiry.count());
-    inner_->SendAsync(p, std::move(g), [](const Status&) {});
+    inner().SendAsync(p, std::move(g), [](const Status&) {});
   }
 }
 

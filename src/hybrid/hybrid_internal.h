@@ -44,6 +44,7 @@
 #include "hybrid/auto_router.h"
 #include "xsilo/core/codec.h"
 #include "xsilo/hybrid/hybrid.h"
+#include "xsilo/transport/forwarding.h"
 
 namespace xsilo::hybrid_detail {
 
@@ -137,17 +138,30 @@ std::string IdentityOf(const GatherList& bytes);
 Status ParseBlocksParam(const std::string& text, uint64_t size, uint64_t digest,
                         uint64_t* block_bytes, std::vector<uint64_t>* sums);
 
-class HybridTransport final : public Transport {
+// What the hybrid keeps alive (the embedded S3 server its connector talks
+// to): a base declared before ForwardingTransport, so that it outlives the
+// inner transport and every member.
+struct KeepAlive {
+  std::shared_ptr<void> keepalive_;
+};
+
+// A decorator of the inner transport (its stubs, acks, grants and echoes
+// go through it). It has both capabilities of its own: it measures its
+// links (LinkObserver; adaptive only, else nothing is measured) and takes
+// streamed sends through upload grants (StreamSink).
+class HybridTransport final : private KeepAlive,
+                              public ForwardingTransport,
+                              private LinkObserver,
+                              private StreamSink {
  public:
   HybridTransport(const TransportOptions& options, std::unique_ptr<Transport> inner,
                   std::shared_ptr<Connector> connector, HybridOptions hybrid,
                   std::string connector_type, std::shared_ptr<void> keepalive)
-      : Transport(options),
-        keepalive_(std::move(keepalive)),
-        inner_(std::move(inner)),
+      : KeepAlive{std::move(keepalive)},
+        ForwardingTransport(options, std::move(inner)),
         connector_(std::move(connector)),
         hybrid_(hybrid),
-        name_((hybrid.adaptive ? std::string("auto") : std::string(inner_->name())) + "+" +
+        name_((hybrid.adaptive ? std::string("auto") : std::string(this->inner().name())) + "+" +
               (connector_ ? std::string(connector_->type()) : connector_type)),
         router_(hybrid.adaptive ? std::make_unique<AutoRouter>(StripePolicy(hybrid.stripe_streams))
                                 : nullptr),
@@ -159,6 +173,16 @@ class HybridTransport final : public Transport {
 
   std::string_view name() const override { return name_; }
   const std::shared_ptr<Connector>& connector() const { return connector_; }
+  LinkObserver* link_observer() override { return this; }
+  StreamSink* stream_sink() override { return this; }
+
+  Status Start() override;
+  void Stop() override;
+  void SendAsync(int32_t peer, Message message, SendCallback done) override;
+  void BroadcastAsync(std::vector<int32_t> peers, Message message, SendCallback done) override;
+
+ private:
+  // LinkObserver.
   std::string RouteReason() const override { return router_ ? router_->last_reason() : ""; }
   // The router's figure for sends to `peer`; before any was measured, what
   // our own fetches of the peer's stored objects achieved (our path to the
@@ -181,10 +205,7 @@ class HybridTransport final : public Transport {
   // most kProbeWait), not for their probes, which the send runs.
   void LearnLink(const std::vector<int32_t>& peers, uint64_t bytes) override;
 
-  Status Start() override;
-  void Stop() override;
-  void SendAsync(int32_t peer, Message message, SendCallback done) override;
-  void BroadcastAsync(std::vector<int32_t> peers, Message message, SendCallback done) override;
+  // StreamSink.
   // A party without storage access, routed by the router (or with
   // threshold 1), holding a multipart upload grant of `peer`: its
   // compressed update goes up part by part while it is encoded
@@ -193,7 +214,10 @@ class HybridTransport final : public Transport {
   void SendStreamAsync(int32_t peer, std::shared_ptr<EncodeStream> stream,
                        SendCallback done) override;
 
- private:
+  Status OnDelivery(Message m, const std::function<bool()>& abandon) override {
+    return OnInner(std::move(m), abandon);
+  }
+
   // Queues a send for the workers, or issues it on the caller's thread
   // when that costs nothing: its route is known without waiting, it goes
   // inline, no send is queued or being prepared ahead of it, and it owes
@@ -375,7 +399,7 @@ class HybridTransport final : public Transport {
   // in the order of the messages. Queued behind a fetch, as it once was,
   // the ping that follows a store message waited for that message's fetch:
   // 382-489 ms on geo-proximal Big (a 1.6-1.9 ms link), 1.2 s on ca-hk Big
-  // and 5.4 s on ca-hk Large (167 ms; results/p2p-auto-all-v9/logs). Three
+  // and 5.4 s on ca-hk Large (167 ms; 908e3fc:results/archive/p2p-auto-all-v9/logs). Three
   // such round trips in a row fill the router's window (kRttWindow) and
   // read as the link slowing down.
   void OnEcho(const Message& m);
@@ -417,8 +441,6 @@ class HybridTransport final : public Transport {
     stop_cv_.notify_all();
   }
 
-  const std::shared_ptr<void> keepalive_;  // destroyed last
-  const std::unique_ptr<Transport> inner_;
   const std::shared_ptr<Connector> connector_;
   const HybridOptions hybrid_;
   const std::string name_;

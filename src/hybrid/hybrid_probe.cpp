@@ -91,7 +91,7 @@ void HybridTransport::MaybePing(const std::vector<int32_t>& peers) {
     Message ping;
     ping.type = kPingType;
     ping.params["t"] = NowNs();
-    inner_->SendAsync(p, std::move(ping), [this, p](const Status& s) {
+    inner().SendAsync(p, std::move(ping), [this, p](const Status& s) {
       if (DebugLog() && !s.ok())
         std::cerr << "xsilo " << name_ << " rank " << rank() << ": echo to rank " << p
                   << " not sent: " << s.ToString() << "\n";
@@ -156,7 +156,7 @@ Result<double> HybridTransport::SendProbeInline(int32_t peer, uint64_t bytes) {
   auto sent = std::make_shared<std::promise<Status>>();
   auto delivered = sent->get_future();
   const auto start = Clock::now();
-  inner_->SendAsync(peer, std::move(probe), [sent](const Status& s) { sent->set_value(s); });
+  inner().SendAsync(peer, std::move(probe), [sent](const Status& s) { sent->set_value(s); });
   // The inner transport reports every send, at the latest when it stops.
   XSILO_RETURN_IF_ERROR(delivered.get());
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -182,7 +182,7 @@ void HybridTransport::ProbeStore(int32_t peer) {
   Message stub;
   stub.type = kProbeType;
   MakeStub(&stub, key, payload.checksum, prepared.blocks, stored->url);
-  inner_->SendAsync(peer, std::move(stub), [](const Status&) {});
+  inner().SendAsync(peer, std::move(stub), [](const Status&) {});
   std::unique_lock<std::mutex> lock(mu_);
   probe_cv_.wait_for(lock, kStoreProbeTimeout,
                      [&] { return stopped_ || probes_out_.count(key.id) == 0; });
@@ -245,7 +245,7 @@ void HybridTransport::OnEcho(const Message& m) {
     Message pong;
     pong.type = kPongType;
     pong.params = m.params;
-    inner_->SendAsync(m.sender, std::move(pong), [](const Status&) {});
+    inner().SendAsync(m.sender, std::move(pong), [](const Status&) {});
     return;
   }
   auto t = m.GetInt("t");

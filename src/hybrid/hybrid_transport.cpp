@@ -34,10 +34,7 @@ Status HybridTransport::Start() {
   }
   fetcher_ = std::thread([this] { FetchLoop(); });
   reaper_ = std::thread([this] { ReapLoop(); });
-  inner_->SetForwarder([this](Message m, const std::function<bool()>& abandon) {
-    return OnInner(std::move(m), abandon);
-  });
-  XSILO_RETURN_IF_ERROR(inner_->Start());
+  XSILO_RETURN_IF_ERROR(inner().Start());
   if (router_) {
     // Rank 0 talks to every client, a client to rank 0.
     std::vector<int32_t> peers;
@@ -58,7 +55,7 @@ void HybridTransport::Stop() {
   NotifyAll();
   CloseInbox();  // wakes a fetch blocked on a full queue
   for (auto& t : workers_) t.join();
-  inner_->Stop();  // fails the inner sends still in flight; no handler calls after this
+  inner().Stop();  // fails the inner sends still in flight; no handler calls after this
   fetch_queue_.Close();
   if (fetcher_.joinable()) fetcher_.join();
   if (prober_.joinable()) prober_.join();
@@ -206,10 +203,10 @@ bool HybridTransport::Issue(SendJob job, Result<Message> stub, int stripe) {
     job.done(stub.status());
   } else if (job.broadcast) {
     SendCallback done = TimeInlineBroadcast(job.peers, *stub, std::move(job.done));
-    inner_->BroadcastAsync(job.peers, std::move(stub).value(), std::move(done));
+    inner().BroadcastAsync(job.peers, std::move(stub).value(), std::move(done));
   } else {
     SendCallback done = TimeInlineSend(job.peers[0], *stub, stripe, std::move(job.done));
-    inner_->SendAsync(job.peers[0], std::move(stub).value(), std::move(done));
+    inner().SendAsync(job.peers[0], std::move(stub).value(), std::move(done));
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

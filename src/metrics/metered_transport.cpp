@@ -3,6 +3,7 @@
 #include <chrono>
 #include <mutex>
 
+#include "xsilo/core/encode_stream.h"
 #include "xsilo/transport/forwarding.h"
 
 namespace xsilo::metrics {
@@ -22,7 +23,9 @@ struct PeerSeries {
   Counter* received_messages;
 };
 
-class MeteredTransport final : public ForwardingTransport {
+// Streamed sends (StreamSink) are counted too: their bytes are what the
+// stream held when the send completed.
+class MeteredTransport final : public ForwardingTransport, private StreamSink {
  public:
   // Received messages are counted on the inner transport's delivering
   // thread (OnDelivery) and pushed into our inbox with its abandon test, so
@@ -44,6 +47,10 @@ class MeteredTransport final : public ForwardingTransport {
                       });
   }
 
+  StreamSink* stream_sink() override {
+    return inner().stream_sink() != nullptr ? static_cast<StreamSink*>(this) : nullptr;
+  }
+
   void BroadcastAsync(std::vector<int32_t> peers, Message message, SendCallback done) override {
     const uint64_t bytes = message.payload_bytes();
     const auto start = Clock::now();
@@ -57,6 +64,19 @@ class MeteredTransport final : public ForwardingTransport {
   }
 
  private:
+  bool StreamsSends(int32_t peer) override { return inner().stream_sink()->StreamsSends(peer); }
+  void SendStreamAsync(int32_t peer, std::shared_ptr<EncodeStream> stream,
+                       SendCallback done) override {
+    const auto start = Clock::now();
+    std::shared_ptr<EncodeStream> counted = stream;
+    inner().stream_sink()->SendStreamAsync(
+        peer, std::move(stream),
+        [this, peer, counted = std::move(counted), start, done = std::move(done)](const Status& s) {
+          Account({peer}, counted ? counted->Now().ready : 0, start, s);
+          if (done) done(s);
+        });
+  }
+
   Status OnDelivery(Message m, const std::function<bool()>& abandon) override {
     PeerSeries& s = Series(m.sender, backend_);
     s.received_bytes->Add(m.payload_bytes());
@@ -65,7 +85,8 @@ class MeteredTransport final : public ForwardingTransport {
   }
 
   std::string Route() const {
-    std::string reason = inner().RouteReason();
+    LinkObserver* observer = inner().link_observer();
+    std::string reason = observer != nullptr ? observer->RouteReason() : std::string();
     std::string route = reason.substr(0, reason.find(':'));
     while (!route.empty() && route.back() == ' ') route.pop_back();
     return route.empty() ? backend_ : route;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <vector>
 
 namespace xsilo {
 
@@ -113,13 +114,53 @@ std::string BackendString(const TransportOptions& options, const std::string& ke
   return it == options.backend.end() ? std::move(fallback) : it->second;
 }
 
+namespace {
+
+// Levenshtein distance of two short keys.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The key of `known` nearest to `key`, when close enough to be a slip;
+// else empty.
+std::string NearestKey(const std::string& key, const std::vector<std::string>& known) {
+  std::string best;
+  size_t best_distance = 0;
+  for (const auto& k : known) {
+    const size_t d = EditDistance(key, k);
+    if (best.empty() || d < best_distance) {
+      best = k;
+      best_distance = d;
+    }
+  }
+  // Close enough to be a slip: at most a third of the key's letters.
+  return !best.empty() && best_distance * 3 <= std::max(key.size(), best.size()) ? best : "";
+}
+
+}  // namespace
+
+// The error names the known key nearest to the unknown one, when one is
+// close enough to be a slip.
 Status CheckBackendKeys(const TransportOptions& options, const std::vector<std::string>& known) {
   for (const auto& [k, v] : options.backend) {
     if (std::find(known.begin(), known.end(), k) == known.end()) {
       std::string list;
       for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
-      return InvalidArgument("unknown backend option '" + k +
-                             "' (known: " + (list.empty() ? "none" : list) + ")");
+      const std::string nearest = NearestKey(k, known);
+      return InvalidArgument("unknown backend option '" + k + "'" +
+                             (nearest.empty() ? "" : " (did you mean '" + nearest + "'?)") +
+                             " (known: " + (list.empty() ? "none" : list) + ")");
     }
   }
   return Status::OK();

@@ -322,7 +322,7 @@ TEST(AutoRouter, AShortLinkIsProbedOnceBeforeItsFirstBigMessage) {
   EXPECT_TRUE(r.WantProbe({2}).empty()) << "ca-va is learned from messages";
   r.WaitSettled({2});  // nothing to wait for
 
-  // geo-proximal at scale 0.5 (results/p2p-auto links.csv: one stream
+  // geo-proximal at scale 0.5 (908e3fc:results/archive/p2p-auto links.csv: one stream
   // ~250 MB/s, 1160 MB/s with 5 iperf3 streams): the probe's figures.
   std::thread probe([&] {
     r.OnTransfer(1, AutoRouter::kInlineProbeBytes, 0.0012 + 16.8e6 / 230e6, 1);
@@ -385,7 +385,7 @@ TEST(AutoRouter, ABroadcastStopsWaitingWhenALongLinkAnswers) {
 
 // A first echo includes setting up the connection: alone, a long one does
 // not make the link long (for the compressing decorator's ceiling,
-// Transport::MeasuredRttS); a second echo decides. A short first echo
+// LinkObserver::MeasuredRttS); a second echo decides. A short first echo
 // counts at once.
 TEST(AutoRouter, ALoneLongFirstEchoDoesNotMakeALinkLong) {
   AutoRouter r;
@@ -456,7 +456,7 @@ TEST(AutoRouter, APeerPastItsWaitIsNotProbed) {
       << "the store probe, from messages";
 }
 
-// geo-proximal medium in the last pass of results/p2p-auto-all-v3: one slow
+// geo-proximal medium in the last pass of 908e3fc:results/archive/p2p-auto-all-v3: one slow
 // store probe (191 MB/s) kept every message inline (99 ms) where the store
 // took 31 ms. The second message now explores the store, and the store is
 // chosen from then on.
@@ -554,7 +554,7 @@ TEST(AutoRouter, OneExplorationAtATime) {
 
 // On loopback the store is predicted within 1.5x of inline for Big, and
 // its first fetch of a big object is slower still (556 ms against 130
-// inline in results/p2p-auto-all-v6). One exploration shows it: a sample
+// inline in 908e3fc:results/archive/p2p-auto-all-v6). One exploration shows it: a sample
 // that does not raise the store's figure ends exploring the store, where
 // before it was tried up to three times per link.
 TEST(AutoRouter, AnExplorationThatConfirmsTheChoiceIsTheLast) {
@@ -577,7 +577,7 @@ TEST(AutoRouter, AnExplorationThatConfirmsTheChoiceIsTheLast) {
 }
 
 // The store path's write leg as measured: geo-proximal medium in
-// results/p2p-auto-all-v4, where rank 0 writes to its embedded server's
+// 908e3fc:results/archive/p2p-auto-all-v4, where rank 0 writes to its embedded server's
 // directory at several GB/s. With the fitted 600 MB/s the store was
 // predicted at 69-80 ms (it took 33-35) and inline, 103 ms, was explored
 // as within 1.5x of it; with the writes measured it is neither.
@@ -659,7 +659,7 @@ TEST(AutoBackend, IsRegisteredAndRefusesAThreshold) {
   auto ok = reg.Create("auto+memory", o);
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ((*ok)->name(), "auto+memory");
-  EXPECT_EQ((*ok)->RouteReason(), "");
+  EXPECT_EQ((*ok)->link_observer()->RouteReason(), "");
 }
 
 }  // namespace

@@ -477,12 +477,12 @@ TEST(GrpcS3, AStreamedSendGoesUpAsItIsProducedOrWholeWhenItWentAnotherWay) {
   auto send = [&](std::shared_ptr<EncodeStream> stream) {
     auto done = std::make_shared<std::promise<Status>>();
     std::future<Status> f = done->get_future();
-    pair.client->SendStreamAsync(0, std::move(stream),
-                                 [done](const Status& s) { done->set_value(s); });
+    pair.client->stream_sink()->SendStreamAsync(0, std::move(stream),
+                                                [done](const Status& s) { done->set_value(s); });
     return f;
   };
   {
-    ASSERT_TRUE(pair.client->StreamsSends(0));
+    ASSERT_TRUE(pair.client->stream_sink()->StreamsSends(0));
     Message m = PatternMessage(size, 3, 0);
     const Buffer data = m.tensors.at("w").data;
     auto stream = std::make_shared<EncodeStream>(size);
@@ -507,7 +507,7 @@ TEST(GrpcS3, AStreamedSendGoesUpAsItIsProducedOrWholeWhenItWentAnotherWay) {
   for (const std::string way : {"abandoned", "other bytes"}) {
     SCOPED_TRACE(way);
     ASSERT_NO_FATAL_FAILURE(pair.Grant());
-    ASSERT_TRUE(pair.client->StreamsSends(0));
+    ASSERT_TRUE(pair.client->stream_sink()->StreamsSends(0));
     Message m = PatternMessage(size, 4, 0);
     const Buffer data = m.tensors.at("w").data;
     auto stream = std::make_shared<EncodeStream>(size);
@@ -623,12 +623,12 @@ TEST(AutoS3, AReceiverKnowsTheLinkFromItsOwnFetchBeforeItSends) {
   std::thread start([&] { ASSERT_TRUE((*server)->Start().ok()); });
   ASSERT_TRUE((*client)->Start().ok());
   start.join();
-  EXPECT_EQ((*client)->MeasuredGoodputBps(0), 0);
+  EXPECT_EQ((*client)->link_observer()->MeasuredGoodputBps(0), 0);
   ASSERT_TRUE((*server)->Send(1, PatternMessage(12 << 20, 1, 0), 60s).ok());
   auto got = (*client)->Receive(60s);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_TRUE(PatternIntact(*got));
-  EXPECT_GT((*client)->MeasuredGoodputBps(0), 0);
+  EXPECT_GT((*client)->link_observer()->MeasuredGoodputBps(0), 0);
   (*client)->Stop();
   (*server)->Stop();
 }
@@ -643,13 +643,13 @@ TEST(AutoS3, LearnLinkMeasuresTheLinkBeforeTheFirstBigMessage) {
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   auto client = party(1);
   ASSERT_TRUE(client.ok()) << client.status().ToString();
-  EXPECT_LT((*server)->MeasuredRttS(1), 0) << "nothing measured before the start";
-  (*server)->LearnLink({1}, 12 << 20);  // not started: nothing to wait for
+  EXPECT_LT((*server)->link_observer()->MeasuredRttS(1), 0) << "nothing measured before the start";
+  (*server)->link_observer()->LearnLink({1}, 12 << 20);  // not started: nothing to wait for
   std::thread start([&] { ASSERT_TRUE((*server)->Start().ok()); });
   ASSERT_TRUE((*client)->Start().ok());
   start.join();
-  (*server)->LearnLink({1}, 12 << 20);
-  const double rtt = (*server)->MeasuredRttS(1);
+  (*server)->link_observer()->LearnLink({1}, 12 << 20);
+  const double rtt = (*server)->link_observer()->MeasuredRttS(1);
   EXPECT_GE(rtt, 0) << "LearnLink waited for the echoes";
   ASSERT_TRUE((*server)->Send(1, PatternMessage(12 << 20, 1, 0), 60s).ok());
   auto got = (*client)->Receive(60s);

@@ -760,18 +760,23 @@ TEST(CompressionChoice, UnderACeilingTheLeastWorstCaseWins) {
 
 // An inner transport that reports given round trips, as auto+<connector>
 // does from its echoes, and counts LearnLink.
-class KnownRtt final : public ForwardingTransport {
+class KnownRtt final : public ForwardingTransport, public LinkObserver {
  public:
   KnownRtt(std::unique_ptr<Transport> inner, std::map<int32_t, double> rtt)
       : ForwardingTransport(std::move(inner)), rtt_(std::move(rtt)) {}
   ~KnownRtt() override { Stop(); }
+  LinkObserver* link_observer() override { return this; }
+  double MeasuredGoodputBps(int32_t) override { return 0; }
+  std::string RouteReason() const override { return {}; }
   double MeasuredRttS(int32_t peer) override {
     auto it = rtt_.find(peer);
     return it == rtt_.end() ? -1 : it->second;
   }
   void LearnLink(const std::vector<int32_t>& peers, uint64_t bytes) override {
     ++learned;
-    ForwardingTransport::LearnLink(peers, bytes);
+    if (LinkObserver* inner_observer = inner().link_observer()) {
+      inner_observer->LearnLink(peers, bytes);
+    }
   }
   std::atomic<int> learned{0};
 
@@ -880,13 +885,14 @@ TEST(CompressingTransport, SamplesACodecThatCannotPayOnlyOnce) {
 // An inner transport that takes streamed sends: it fails one at once
 // (as a stopped transport does), or sends the message once it is
 // finished.
-class StreamingInner final : public ForwardingTransport {
+class StreamingInner final : public ForwardingTransport, public StreamSink {
  public:
   StreamingInner(std::unique_ptr<Transport> inner, bool fail_now)
       : ForwardingTransport(std::move(inner)), fail_now_(fail_now) {}
   ~StreamingInner() override {
     for (auto& t : threads_) t.join();
   }
+  StreamSink* stream_sink() override { return this; }
   bool StreamsSends(int32_t) override { return true; }
   void SendStreamAsync(int32_t peer, std::shared_ptr<EncodeStream> stream,
                        SendCallback done) override {

@@ -68,7 +68,7 @@ struct CompressionPolicy {
   // A codec must beat sending as it is by this fraction of the time.
   double margin = 0.05;
   // Hand a compressed message to a transport that takes one still being
-  // encoded (Transport::StreamsSends) as it is encoded
+  // encoded (StreamSink::StreamsSends) as it is encoded
   // (compression.stream, 1 by default).
   bool stream = true;
 };
@@ -137,7 +137,7 @@ struct CompressionSummary {
   uint64_t messages_sent = 0;
   uint64_t messages_compressed = 0;
   // Compressed messages handed to the inner transport while they were
-  // encoded (Transport::SendStreamAsync: the hybrid's grant uploads); the
+  // encoded (StreamSink::SendStreamAsync: the hybrid's grant uploads); the
   // transport still sends one whole when a tensor went another way than
   // the encoder planned (EncodeStream::Abandon).
   uint64_t messages_streamed = 0;

@@ -1,7 +1,7 @@
 // A transport that decorates another, after LevelDB's EnvWrapper: every
 // virtual forwards to the inner transport, and the inner transport's
 // deliveries come through OnDelivery into this transport's inbox. A
-// decorator (metrics, compression) overrides what it changes and inherits
+// decorator (metrics, compression, faults, the hybrid) overrides what it changes and inherits
 // the rest, so it cannot drop a capability the interface gains later, nor
 // get the stop order below wrong.
 #pragma once
@@ -37,12 +37,10 @@ class ForwardingTransport : public Transport {
   void BroadcastAsync(std::vector<int32_t> peers, Message message, SendCallback done) override {
     inner_->BroadcastAsync(std::move(peers), std::move(message), std::move(done));
   }
-  std::string RouteReason() const override { return inner_->RouteReason(); }
-  double MeasuredGoodputBps(int32_t peer) override { return inner_->MeasuredGoodputBps(peer); }
-  double MeasuredRttS(int32_t peer) override { return inner_->MeasuredRttS(peer); }
-  void LearnLink(const std::vector<int32_t>& peers, uint64_t bytes) override {
-    inner_->LearnLink(peers, bytes);
-  }
+  // Every capability of the inner transport, as it is; a decorator whose
+  // behaviour a capability would bypass hands out one of its own instead.
+  LinkObserver* link_observer() override { return inner_->link_observer(); }
+  StreamSink* stream_sink() override { return inner_->stream_sink(); }
 
   Transport& inner() const { return *inner_; }
 
@@ -52,7 +50,12 @@ class ForwardingTransport : public Transport {
   // its own must call Stop() in its own destructor, so that the inner
   // transport's threads are done before those members go.
   explicit ForwardingTransport(std::unique_ptr<Transport> inner)
-      : Transport(inner->options()), inner_(std::move(inner)) {
+      : ForwardingTransport(inner->options(), std::move(inner)) {}
+  // The same, with options of its own (rank and world as the inner's).
+  // `inner` is taken by rvalue reference, so that the delegation above
+  // reads its options before anything moves from it.
+  ForwardingTransport(TransportOptions options, std::unique_ptr<Transport>&& inner)
+      : Transport(std::move(options)), inner_(std::move(inner)) {
     inner_->SetForwarder([this](Message m, const std::function<bool()>& abandon) {
       return OnDelivery(std::move(m), abandon);
     });

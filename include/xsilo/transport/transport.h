@@ -27,11 +27,10 @@
 
 #include "xsilo/core/message.h"
 #include "xsilo/core/status.h"
+#include "xsilo/transport/capabilities.h"
 #include "xsilo/transport/inbox.h"
 
 namespace xsilo {
-
-class EncodeStream;
 
 struct TransportOptions {
   // This party's rank. Rank 0 is the server.
@@ -52,8 +51,6 @@ struct TransportOptions {
   // its keys (e.g. grpc "streams", "chunk_bytes"). Unknown keys are rejected.
   std::map<std::string, std::string> backend;
 };
-
-using SendCallback = std::function<void(const Status&)>;
 
 // Message param (int) read and removed by a transport that stripes a peer's
 // messages over several streams (grpc with streams > 1): this message's
@@ -84,22 +81,11 @@ class Transport {
   // implementation issues one SendAsync per peer with shared Buffers.
   virtual void BroadcastAsync(std::vector<int32_t> peers, Message message, SendCallback done);
 
-  // A send to `peer` of a message still being encoded (EncodeStream: its
-  // producer Finish()es it with the message, or with the encoder's
-  // error, which `done` then gets): a transport that StreamsSends to the
-  // peer puts the first bytes on the wire meanwhile. A decorator that
-  // encodes asks first; the default streams nothing, and SendStreamAsync
-  // is then Unimplemented.
-  virtual bool StreamsSends(int32_t peer) {
-    (void)peer;
-    return false;
-  }
-  virtual void SendStreamAsync(int32_t peer, std::shared_ptr<EncodeStream> stream,
-                               SendCallback done) {
-    (void)peer;
-    (void)stream;
-    done(Unimplemented(std::string(name()) + " does not take streamed sends"));
-  }
+  // Capabilities beyond this interface (capabilities.h); null when the
+  // transport lacks them. The object returned lives as long as the
+  // transport.
+  virtual LinkObserver* link_observer() { return nullptr; }
+  virtual StreamSink* stream_sink() { return nullptr; }
 
   // Blocking forms. On Timeout the send may still complete later.
   Status Send(int32_t peer, Message message, Duration timeout);
@@ -107,37 +93,6 @@ class Transport {
 
   // Next received message, in arrival order.
   Result<Message> Receive(Duration timeout) { return inbox_.Pop(timeout); }
-  // For backends that choose a path per message (auto+<connector>): the
-  // last choice and why, one line ("store: 1 GiB, predicted ..."); empty
-  // for the others and before the first choice.
-  virtual std::string RouteReason() const { return {}; }
-  // The goodput this transport has measured to `peer` for large messages,
-  // bytes/s, on the faster of its paths; 0 when it has measured none or
-  // does not measure (auto+<connector> does: docs/auto.md). Decorators
-  // that trade CPU for bytes (compression) decide by it.
-  virtual double MeasuredGoodputBps(int32_t peer) {
-    (void)peer;
-    return 0;
-  }
-  // The round trip this transport has measured to `peer`, seconds; < 0
-  // when it has measured none or does not measure (auto+<connector>
-  // echoes, AutoRouter::RoundTripOf: docs/auto.md). A decorator bounds an
-  // unmeasured link by it.
-  virtual double MeasuredRttS(int32_t peer) {
-    (void)peer;
-    return -1;
-  }
-  // Learns the round trips a send of `bytes` to `peers` would have before
-  // choosing its path (auto+<connector>: waits for the receivers' echoes,
-  // at most 5 s, until every one has a round trip or one showed a long
-  // link), so
-  // that a decorator can read them (MeasuredRttS) first. Does nothing by
-  // default.
-  virtual void LearnLink(const std::vector<int32_t>& peers, uint64_t bytes) {
-    (void)peers;
-    (void)bytes;
-  }
-
   // Routes received messages to `handler` (on a transport thread; keep it short).
   void SetHandler(MessageHandler handler) { inbox_.SetHandler(std::move(handler)); }
   // Routes received messages to `forwarder` instead of the queue, with the

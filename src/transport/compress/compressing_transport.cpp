@@ -174,8 +174,10 @@ class CompressingTransport final : public ForwardingTransport {
     // its first parts are on the wire while the rest is encoded.
     std::shared_ptr<EncodeStream> stream;
     StreamStart start_stream;
-    if (policy_.stream && !broadcast && peers.size() == 1 && inner().StreamsSends(peers.front())) {
-      start_stream = [&](uint64_t expected) {
+    StreamSink* sink =
+        policy_.stream && !broadcast && peers.size() == 1 ? inner().stream_sink() : nullptr;
+    if (sink != nullptr && sink->StreamsSends(peers.front())) {
+      start_stream = [&, sink](uint64_t expected) {
         stream = std::make_shared<EncodeStream>(expected);
         // Two arrivals, the inner send's and ours once the stream is
         // finished (and a borrowed reference copied): the caller's
@@ -183,7 +185,7 @@ class CompressingTransport final : public ForwardingTransport {
         // even when the inner send fails at once. No link sample: most of
         // its bytes went while the encode ran.
         flight->left.store(2);
-        inner().SendStreamAsync(peers.front(), stream, Finisher(peers, 0, Clock::now(), flight));
+        sink->SendStreamAsync(peers.front(), stream, Finisher(peers, 0, Clock::now(), flight));
         return stream.get();
       };
     }
@@ -429,8 +431,15 @@ class CompressingTransport final : public ForwardingTransport {
     return link;
   }
 
+  // The inner transport's round trip to `p`; < 0 when unmeasured.
+  double RttS(int32_t p) {
+    LinkObserver* observer = inner().link_observer();
+    return observer != nullptr ? observer->MeasuredRttS(p) : -1;
+  }
+
   double PeerBps(int32_t p) {
-    double r = inner().MeasuredGoodputBps(p);
+    LinkObserver* observer = inner().link_observer();
+    double r = observer != nullptr ? observer->MeasuredGoodputBps(p) : 0;
     if (!(r > 0)) {
       std::lock_guard<std::mutex> lock(mu_);
       auto it = rates_.find(p);
@@ -456,8 +465,7 @@ class CompressingTransport final : public ForwardingTransport {
     for (int32_t p : peers) {
       if (const double r = PeerBps(p); r > 0) {
         lowest = lowest == 0 ? r : std::min(lowest, r);
-      } else if (const double rtt = policy_.long_link_Bps > 0 ? inner().MeasuredRttS(p) : -1;
-                 rtt >= kLongRttS) {
+      } else if (const double rtt = policy_.long_link_Bps > 0 ? RttS(p) : -1; rtt >= kLongRttS) {
         ++unmeasured_long;
         longest = std::max(longest, rtt);
       } else {
@@ -508,7 +516,9 @@ class CompressingTransport final : public ForwardingTransport {
                            const TensorMap* reference, bool update) {
     // The round trips the inner transport learns before its first send
     // (the auto backend's echoes) are waited for before the choice.
-    inner().LearnLink(peers, m.payload_bytes());
+    if (LinkObserver* observer = inner().link_observer()) {
+      observer->LearnLink(peers, m.payload_bytes());
+    }
     const LinkFigure figure = Link(peers);
     const double link = figure.Bps;
     if (link <= 0) {

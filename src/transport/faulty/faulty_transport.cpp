@@ -38,6 +38,8 @@
 #include "core/fault_draw.h"
 #include "transport/faulty/faulty.h"
 #include "xsilo/core/codec.h"
+#include "xsilo/core/encode_stream.h"
+#include "xsilo/transport/forwarding.h"
 
 namespace xsilo {
 
@@ -93,38 +95,37 @@ class Joined {
   SendCallback done_;
 };
 
-class FaultyTransport final : public Transport {
+// Streamed sends (StreamSink) are drawn as whole ones: a clean draw hands
+// the stream to the inner transport's sink; any other waits, on a thread
+// of its own, for the stream's final message and sends that through the
+// faults (damage strikes a whole frame).
+class FaultyTransport final : public ForwardingTransport, private StreamSink {
  public:
   FaultyTransport(TransportOptions options, std::unique_ptr<Transport> inner, Rates rates)
-      : Transport(std::move(options)),
-        inner_(std::move(inner)),
+      : ForwardingTransport(std::move(options), std::move(inner)),
         rates_(rates),
-        name_("faulty(" + std::string(inner_->name()) + ")") {}
+        name_("faulty(" + std::string(this->inner().name()) + ")") {}
   ~FaultyTransport() override { Stop(); }
 
   std::string_view name() const override { return name_; }
-  // What the inner transport knows of its links (a decorator over us
-  // decides by it: compression).
-  double MeasuredGoodputBps(int32_t peer) override { return inner_->MeasuredGoodputBps(peer); }
-  double MeasuredRttS(int32_t peer) override { return inner_->MeasuredRttS(peer); }
-  void LearnLink(const std::vector<int32_t>& peers, uint64_t bytes) override {
-    inner_->LearnLink(peers, bytes);
-  }
-
-  // Received messages go from the inner transport's queue to ours through
-  // a pump thread, so both pushes keep their backpressure and abandon
-  // rules: a full queue here blocks the pump, the inner queue fills and its
-  // sender is pushed back (and released when it stops), as without us.
-  Status Start() override {
-    if (!pump_.joinable()) pump_ = std::thread([this] { Pump(); });
-    return inner_->Start();
+  StreamSink* stream_sink() override {
+    return inner().stream_sink() != nullptr ? static_cast<StreamSink*>(this) : nullptr;
   }
 
   void Stop() override {
     stopping_ = true;
-    inner_->Stop();  // closes the inner queue: the pump drains it and ends
-    CloseInbox();
-    if (pump_.joinable() && pump_.get_id() != std::this_thread::get_id()) pump_.join();
+    ForwardingTransport::Stop();
+    std::vector<Waiter> waiting;
+    {
+      std::lock_guard<std::mutex> lock(streams_mu_);
+      waiting.swap(stream_waiters_);
+    }
+    for (auto& w : waiting) {
+      if (w.thread.get_id() != std::this_thread::get_id())
+        w.thread.join();
+      else
+        w.thread.detach();
+    }
   }
 
   void SendAsync(int32_t peer, Message message, SendCallback done) override {
@@ -147,12 +148,12 @@ class FaultyTransport final : public Transport {
     }
     const int parts = (clean.empty() ? 0 : 1) + static_cast<int>(faulted.size());
     if (parts == 0) {
-      inner_->BroadcastAsync({}, std::move(message), std::move(done));
+      inner().BroadcastAsync({}, std::move(message), std::move(done));
       return;
     }
     SendCallback joined = Joined::Make(parts, std::move(done));
     for (auto& [p, plan] : faulted) Execute(p, message, plan, joined);
-    if (!clean.empty()) inner_->BroadcastAsync(std::move(clean), std::move(message), joined);
+    if (!clean.empty()) inner().BroadcastAsync(std::move(clean), std::move(message), joined);
   }
 
   InjectedTransportFaults injected() const {
@@ -203,18 +204,18 @@ class FaultyTransport final : public Transport {
     if (!cut_status.ok()) {
       // The receiver gets the bytes sent before the cut; the sender hears
       // that the connection broke.
-      inner_->SendAsync(peer, std::move(message),
+      inner().SendAsync(peer, std::move(message),
                         [done, cut_status](const Status&) { done(cut_status); });
       return;
     }
     if (plan.duplicate) {
       ++duplicates_;
       SendCallback joined = Joined::Make(2, std::move(done));
-      inner_->SendAsync(peer, message, joined);
-      inner_->SendAsync(peer, std::move(message), joined);
+      inner().SendAsync(peer, message, joined);
+      inner().SendAsync(peer, std::move(message), joined);
       return;
     }
-    inner_->SendAsync(peer, std::move(message), std::move(done));
+    inner().SendAsync(peer, std::move(message), std::move(done));
   }
 
   // The wrapper carrying `message`'s damaged frame, or nullopt when no
@@ -260,18 +261,9 @@ class FaultyTransport final : public Transport {
     return std::optional<Message>(std::move(wrapper));
   }
 
-  void Pump() {
-    for (;;) {
-      Result<Message> m = inner_->Receive(std::chrono::hours(1));
-      if (m.ok()) {
-        OnReceive(std::move(*m));
-      } else if (m.status().code() != StatusCode::kTimeout) {
-        return;  // the inner transport stopped and its queue is drained
-      }
-    }
-  }
-
-  void OnReceive(Message m) {
+  // On the inner transport's delivering thread: a damaged frame's wrapper
+  // is decoded, as a transport's receiver would, and refused when it fails.
+  Status OnDelivery(Message m, const std::function<bool()>& abandon) override {
     if (m.type == kFrameType) {
       auto it = m.tensors.find(kFrameTensor);
       Result<Message> decoded =
@@ -282,13 +274,59 @@ class FaultyTransport final : public Transport {
         ++refused_;
         std::fprintf(stderr, "%s rank %d: refused a message from rank %d: %s\n", name_.c_str(),
                      rank(), m.sender, decoded.status().ToString().c_str());
-        return;
+        return Status::OK();
       }
       decoded->sender = m.sender;
       m = std::move(*decoded);
     }
-    (void)Deliver(std::move(m), [this] { return stopping_.load(); });
+    return Deliver(std::move(m), abandon);
   }
+
+  bool StreamsSends(int32_t peer) override {
+    StreamSink* sink = inner().stream_sink();
+    return sink != nullptr && sink->StreamsSends(peer);
+  }
+
+  void SendStreamAsync(int32_t peer, std::shared_ptr<EncodeStream> stream,
+                       SendCallback done) override {
+    Plan plan = Draw1();
+    StreamSink* sink = inner().stream_sink();
+    if (sink != nullptr && plan.clean() && rates_.cut_after_bytes == 0) {
+      sink->SendStreamAsync(peer, std::move(stream), std::move(done));
+      return;
+    }
+    if (!stream) return done(InvalidArgument("SendStreamAsync: no stream"));
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    if (stopping_) return done(Cancelled("faulty transport stopped before the send started"));
+    // Waiters that are done are joined here, so that their number stays
+    // that of the streamed sends in flight.
+    for (auto it = stream_waiters_.begin(); it != stream_waiters_.end();) {
+      if (it->finished->load()) {
+        it->thread.join();
+        it = stream_waiters_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    auto finished = std::make_shared<std::atomic<bool>>(false);
+    std::thread t(
+        [this, peer, plan, finished, stream = std::move(stream), done = std::move(done)]() mutable {
+          Result<Message> m = stream->TakeMessage();
+          if (m.ok()) {
+            m->sender = rank();
+            Execute(peer, *std::move(m), plan, std::move(done));
+          } else {
+            done(m.status());
+          }
+          finished->store(true);
+        });
+    stream_waiters_.push_back({std::move(t), std::move(finished)});
+  }
+
+  struct Waiter {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> finished;
+  };
 
   DecodeLimits Limits() const {
     DecodeLimits limits;
@@ -296,12 +334,12 @@ class FaultyTransport final : public Transport {
     return limits;
   }
 
-  const std::unique_ptr<Transport> inner_;
   const Rates rates_;
   const std::string name_;
   std::atomic<uint64_t> sends_{0};
   std::atomic<bool> stopping_{false};
-  std::thread pump_;
+  std::mutex streams_mu_;
+  std::vector<Waiter> stream_waiters_;  // guarded by streams_mu_
   std::mutex cut_mu_;
   uint64_t since_cut_ = 0;  // guarded by cut_mu_
   std::atomic<uint64_t> failures_{0}, drops_{0}, duplicates_{0}, corruptions_{0}, truncations_{0},

@@ -224,7 +224,7 @@ TEST(AutoPolicy, ReasonNamesPathAndFigures) {
   EXPECT_EQ(AutoPathName(AutoPath::kStore), "store");
 }
 
-// geo-proximal medium in one pass of results/p2p-auto-all-v3: one slow
+// geo-proximal medium in one pass of 908e3fc:results/archive/p2p-auto-all-v3: one slow
 // store probe (191 MB/s, against ~4x that in the other passes) made the
 // store look 1.4x slower than inline; the store is explored while its
 // figure rests on fewer than three transfers.
