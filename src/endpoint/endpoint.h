@@ -114,7 +114,9 @@ class Endpoint {
   bool registered() const;
   uint64_t served(Path p) const { return served_[static_cast<int>(p)]; }
   // Why the last paths tried before the one that served failed, newest
-  // last ("punched to <owner>: ICE: ..."); at most kFailuresKept.
+  // last ("punched to <owner>: ICE: ..."), and why the paths peers asked
+  // this endpoint to open failed on its side ("serving punched: ..."); at
+  // most kFailuresKept.
   std::vector<std::string> path_failures() const;
   const ObjectTable& table() const { return table_; }
   std::string StatusJson() const;
@@ -163,6 +165,7 @@ class Endpoint {
   void HandDialBack(int fd);
   bool RecentlyFailed(const std::string& owner, Path path);
   void NoteFailed(const std::string& owner, Path path, const Status& why);
+  void NoteServeFailed(Path path, const Status& why);
   Result<std::unique_ptr<TlsStream>> DialRelay();
 
   EndpointOptions o_;

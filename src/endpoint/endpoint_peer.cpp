@@ -308,6 +308,13 @@ void Endpoint::NoteFailed(const std::string& owner, Path path, const Status& why
   while (failures_.size() > kFailuresKept) failures_.pop_front();
 }
 
+void Endpoint::NoteServeFailed(Path path, const Status& why) {
+  std::string what = "serving " + std::string(PathName(path)) + ": " + why.ToString();
+  std::lock_guard<std::mutex> lock(mu_);
+  failures_.push_back(std::move(what));
+  while (failures_.size() > kFailuresKept) failures_.pop_front();
+}
+
 std::vector<std::string> Endpoint::path_failures() const {
   std::lock_guard<std::mutex> lock(mu_);
   return {failures_.begin(), failures_.end()};

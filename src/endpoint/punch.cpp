@@ -98,8 +98,13 @@ struct PunchedPath::Link {
 
   std::mutex mu;
   std::condition_variable cv;
-  bool gathered = false, failed = false, writable = false;
+  bool gathered = false, failed = false, ice_ready = false, writable = false;
   std::atomic<bool> done{false};
+  // What the agent did, for the error when no path forms: each component
+  // state with the milliseconds since the agent was made, and the types of
+  // the selected pair. Guarded by mu.
+  int64_t born_ms = SteadyMillis();
+  std::string history, selected;
 
   // Ends the main loop (from any thread, before or after it started).
   void Quit() {
@@ -118,12 +123,44 @@ struct PunchedPath::Link {
     l->cv.notify_all();
   }
   static void OnState(NiceAgent*, guint, guint, guint state, gpointer self) {
-    if (state != NICE_COMPONENT_STATE_FAILED) return;
     auto* l = static_cast<Link*>(self);
     std::lock_guard<std::mutex> lock(l->mu);
+    l->history += std::string(l->history.empty() ? "" : ", ") +
+                  nice_component_state_to_string(static_cast<NiceComponentState>(state)) + "@" +
+                  std::to_string(SteadyMillis() - l->born_ms) + "ms";
+    if (state == NICE_COMPONENT_STATE_READY || state == NICE_COMPONENT_STATE_CONNECTED) {
+      l->ice_ready = true;
+      l->cv.notify_all();
+    }
+    if (state != NICE_COMPONENT_STATE_FAILED) return;
     l->failed = true;
     l->cv.notify_all();
     g_cancellable_cancel(l->cancel);
+  }
+  static void OnSelected(NiceAgent*, guint, guint, NiceCandidate* local, NiceCandidate* remote,
+                         gpointer self) {
+    auto* l = static_cast<Link*>(self);
+    std::lock_guard<std::mutex> lock(l->mu);
+    l->selected =
+        std::string(CandidateTypeName(local->type)) + "->" + CandidateTypeName(remote->type);
+  }
+  static const char* CandidateTypeName(NiceCandidateType t) {
+    switch (t) {
+      case NICE_CANDIDATE_TYPE_HOST:
+        return "host";
+      case NICE_CANDIDATE_TYPE_SERVER_REFLEXIVE:
+        return "srflx";
+      case NICE_CANDIDATE_TYPE_PEER_REFLEXIVE:
+        return "prflx";
+      case NICE_CANDIDATE_TYPE_RELAYED:
+        return "relay";
+    }
+    return "?";
+  }
+  // What the agent did so far (the caller holds mu).
+  std::string Story() const {
+    return "states: " + (history.empty() ? std::string("none") : history) +
+           "; selected pair: " + (selected.empty() ? std::string("none") : selected);
   }
   static void OnWritable(NiceAgent*, guint, guint, gpointer self) {
     auto* l = static_cast<Link*>(self);
@@ -214,6 +251,8 @@ Result<std::unique_ptr<PunchedPath>> PunchedPath::Gather(PunchOptions o) {
                    l.get());
   g_signal_connect(G_OBJECT(l->agent), "reliable-transport-writable", G_CALLBACK(&Link::OnWritable),
                    l.get());
+  g_signal_connect(G_OBJECT(l->agent), "new-selected-pair-full", G_CALLBACK(&Link::OnSelected),
+                   l.get());
   GSource* tick = g_timeout_source_new(1000);
   g_source_set_callback(tick, &Link::OnTick, l.get(), nullptr);
   g_source_attach(tick, l->ctx);
@@ -241,6 +280,10 @@ Result<std::unique_ptr<PunchedPath>> PunchedPath::Gather(PunchOptions o) {
   }
   gchar* sdp = nice_agent_generate_local_sdp(l->agent);
   if (sdp == nullptr) return Unavailable("ICE: no local description");
+  // Without a reflexive candidate the peer can only try this host's own
+  // addresses, which a NAT hides: the path is still tried (on one network
+  // the host candidates suffice), and a failure says why it likely failed.
+  path->reflexive_ = std::string_view(sdp).find(" typ srflx") != std::string_view::npos;
   path->description_ = Hex(sdp);
   g_free(sdp);
   return path;
@@ -259,12 +302,25 @@ Result<int> PunchedPath::Connect(const std::string& remote_description) {
   if (nice_agent_parse_remote_sdp(l.agent, sdp.c_str()) <= 0) {
     return InvalidArgument("ICE: the peer's description holds no candidate");
   }
+  const bool remote_reflexive = sdp.find(" typ srflx") != std::string::npos;
   {
+    // Two stages, each with connect_timeout: ICE finds a working pair, then
+    // pseudo-TCP's handshake runs over it. The handshake retransmits on its
+    // own (much longer) timer, so a lost first segment must not eat into
+    // the time the checks had.
     std::unique_lock<std::mutex> lock(l.mu);
-    l.cv.wait_for(lock, l.o.connect_timeout, [&] { return l.writable || l.failed; });
+    l.cv.wait_for(lock, l.o.connect_timeout, [&] { return l.ice_ready || l.failed; });
+    if (l.ice_ready && !l.failed) {
+      l.cv.wait_for(lock, l.o.connect_timeout, [&] { return l.writable || l.failed; });
+    }
     if (!l.writable) {
-      return Unavailable(l.failed ? "ICE: every candidate pair failed"
-                                  : "ICE: no candidate pair worked in time");
+      std::string why = l.failed      ? "every candidate pair failed"
+                        : l.ice_ready ? "a pair worked but the stream's handshake did not finish"
+                                      : "no candidate pair worked";
+      return Unavailable("ICE: " + why + " within " + std::to_string(l.o.connect_timeout.count()) +
+                         " ms (" + l.Story() +
+                         "; reflexive candidate here: " + (reflexive_ ? "yes" : "no") +
+                         ", at the peer: " + (remote_reflexive ? "yes" : "no") + ")");
     }
   }
   l.last_io_ms = SteadyMillis();

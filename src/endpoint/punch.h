@@ -25,10 +25,11 @@ namespace xsilo::endpoint {
 struct PunchOptions {
   std::string stun_host;  // an IPv4/IPv6 address or a name resolved here
   int stun_port = 0;
-  bool controlling = false;                         // the requester controls ICE
-  std::chrono::milliseconds gather_timeout{3000};   // candidates, including the STUN answer
-  std::chrono::milliseconds connect_timeout{5000};  // ICE checks and the stream's handshake
-  std::chrono::milliseconds io_timeout{60000};      // a direction with no byte for this long ends
+  bool controlling = false;                        // the requester controls ICE
+  std::chrono::milliseconds gather_timeout{3000};  // candidates, including the STUN answer
+  std::chrono::milliseconds connect_timeout{
+      5000};                                    // ICE checks; then, again, the stream's handshake
+  std::chrono::milliseconds io_timeout{60000};  // a direction with no byte for this long ends
 };
 
 class PunchedPath {
@@ -43,7 +44,9 @@ class PunchedPath {
 
   // Takes the peer's description, runs the checks and waits for the stream
   // to be writable: a socket carrying the stream (the caller closes it), or
-  // Unavailable when no pair worked within connect_timeout.
+  // Unavailable, naming what the agent did, when no pair worked within
+  // connect_timeout or the stream's handshake did not finish within another
+  // connect_timeout after it.
   Result<int> Connect(const std::string& remote_description);
 
   struct Link;
@@ -52,7 +55,8 @@ class PunchedPath {
   explicit PunchedPath(std::shared_ptr<Link> link) : link_(std::move(link)) {}
   std::shared_ptr<Link> link_;
   std::string description_;
-  int fd_ = -1;  // the caller's end of the socketpair, until Connect hands it out
+  bool reflexive_ = false;  // this side gathered a server-reflexive candidate
+  int fd_ = -1;             // the caller's end of the socketpair, until Connect hands it out
 };
 
 // A STUN (RFC 5389) Binding responder: answers each Binding request in

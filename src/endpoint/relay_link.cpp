@@ -95,14 +95,16 @@ void Endpoint::RelayLoop() {
 
 void Endpoint::ServeRelayed(const std::string& token) {
   auto hp = endpoint_net::ParseHostPort(o_.relay);
-  if (!hp.ok()) return;
+  if (!hp.ok()) return NoteServeFailed(Path::kRelayed, hp.status());
   auto fd = endpoint_net::ConnectTcp(*hp, o_.connect_timeout, o_.io_timeout);
-  if (fd.ok()) ServeDialled(*fd, "JOIN " + token + " owner\n");
+  if (!fd.ok()) return NoteServeFailed(Path::kRelayed, fd.status());
+  ServeDialled(*fd, "JOIN " + token + " owner\n");
 }
 
 void Endpoint::ServeDialBack(const std::string& token, const std::string& addrs) {
   auto fd = DialFirst(addrs);
-  if (fd.ok()) ServeDialled(*fd, "DIALED " + token + "\n");
+  if (!fd.ok()) return NoteServeFailed(Path::kReverse, fd.status());
+  ServeDialled(*fd, "DIALED " + token + "\n");
 }
 
 PunchOptions Endpoint::PunchOptionsFor(bool controlling) const {
@@ -134,11 +136,12 @@ Result<int> Endpoint::Punch(const std::string& owner) {
 
 void Endpoint::ServePunch(const std::string& token, const std::string& description) {
   auto path = PunchedPath::Gather(PunchOptionsFor(false));
-  if (!path.ok()) return;
+  if (!path.ok()) return NoteServeFailed(Path::kPunched, path.status());
   auto answered = AskRelay("ANSWER " + token + " " + (*path)->description());
-  if (!answered.ok() || *answered != "OK") return;
+  if (!answered.ok()) return NoteServeFailed(Path::kPunched, answered.status());
+  if (*answered != "OK") return NoteServeFailed(Path::kPunched, Unavailable("relay: " + *answered));
   auto fd = (*path)->Connect(description);
-  if (!fd.ok()) return;
+  if (!fd.ok()) return NoteServeFailed(Path::kPunched, fd.status());
   endpoint_net::SetIoTimeout(*fd, o_.io_timeout);
   ServeDialled(*fd, "");
 }

@@ -96,7 +96,8 @@ class EndpointNat : public netem::testing::NetemFixture {
     EXPECT_EQ((*got)->size(), big);
     EXPECT_EQ(Checksum((*got)->span()), Checksum(object.span()));
     std::string failures;
-    for (const auto& f : s.a->path_failures()) failures += "\n  " + f;
+    for (const auto& f : s.a->path_failures()) failures += "\n  A: " + f;
+    for (const auto& f : s.b->path_failures()) failures += "\n  B: " + f;
     for (Path p : {Path::kDirect, Path::kReverse, Path::kPunched, Path::kRelayed}) {
       EXPECT_EQ(s.a->served(p), p == want ? 1u : 0u)
           << endpoint::PathName(p) << "; paths that failed before:" << failures;

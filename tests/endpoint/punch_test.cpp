@@ -62,5 +62,30 @@ TEST(Punch, ABadDescriptionIsRefused) {
   EXPECT_EQ((*a)->Connect("zz").status().code(), StatusCode::kInvalidArgument);
 }
 
+// The peer gathered and handed out its description, then never ran its
+// checks (it went away): the error says how far ICE got, so a failure seen
+// once in a long run can be told apart from a lost handshake.
+TEST(Punch, APeerThatNeverAnswersFailsWithWhatTheAgentDid) {
+  std::string ca;
+  auto relay = StartRelay({}, &ca);
+  auto a_options = Options(*relay, true);
+  a_options.connect_timeout = std::chrono::milliseconds(1500);
+  auto a = PunchedPath::Gather(a_options);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  std::string silent;
+  {
+    auto b = PunchedPath::Gather(Options(*relay, false));
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    silent = (*b)->description();
+  }
+  auto fa = (*a)->Connect(silent);
+  ASSERT_FALSE(fa.ok());
+  EXPECT_EQ(fa.status().code(), StatusCode::kUnavailable);
+  const std::string m = fa.status().message();
+  EXPECT_NE(m.find("states: "), std::string::npos) << m;
+  EXPECT_NE(m.find("selected pair: none"), std::string::npos) << m;
+  EXPECT_NE(m.find("reflexive candidate here: "), std::string::npos) << m;
+}
+
 }  // namespace
 }  // namespace xsilo::testing
