@@ -1,5 +1,6 @@
 // Authentication (SigV4 in the Authorization header or a presigned query;
 // SigV2 refused) and reading a request's body, aws-chunked included.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -133,6 +134,15 @@ Status S3Server::Impl::Authenticate(Ctx& c) {
   s3::UriDecode(req.raw_path, &path);
   parts.canonical_uri = s3::CanonicalUri(path);
   parts.canonical_query = s3::CanonicalQuery(c.query, presigned ? "X-Amz-Signature" : "");
+  // SigV4 requires host among the signed headers: without it a signature
+  // is not bound to the server it was made for, and a request (or a
+  // presigned URL) captured on its way to one server replays at another
+  // that shares the credentials.
+  if (std::find(auth.signed_headers.begin(), auth.signed_headers.end(), "host") ==
+      auth.signed_headers.end()) {
+    return S3Error(presigned ? "AuthorizationQueryParametersError" : "AuthorizationHeaderMalformed",
+                   "SignedHeaders must include host");
+  }
   for (const std::string& name : auth.signed_headers) {
     bool found = false;
     for (const auto& [k, v] : req.headers) {

@@ -1,11 +1,12 @@
 #include "xsilo/store/connector.h"
 
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
-#include <random>
 
 #include "store/builtin.h"
 
@@ -122,20 +123,26 @@ Status ErrnoStatus(const std::string& what, int e) {
 }
 
 std::string RandomObjectId() {
-  // Reseeded in a forked child (a process pool's worker forked from a
-  // thread that made ids already would otherwise repeat its parent's ids).
-  thread_local std::mt19937_64 rng;
-  thread_local pid_t seeded_in = 0;
-  if (seeded_in != ::getpid()) {
-    rng.seed(std::random_device{}() ^ (static_cast<uint64_t>(std::random_device{}()) << 32));
-    seeded_in = ::getpid();
+  // The kernel's CSPRNG, read afresh for every id: ids and the embedded
+  // store's credentials (which are minted here too) are not predictable
+  // from ids already seen, and nothing is buffered that a forked child
+  // could hand out again.
+  uint8_t bytes[16];
+  size_t got = 0;
+  while (got < sizeof bytes) {
+    ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      std::fprintf(stderr, "xsilo: getrandom failed: %s\n", std::strerror(errno));
+      std::abort();  // never hand out an id or a secret that is not random
+    }
+    got += static_cast<size_t>(n);
   }
   static const char* hex = "0123456789abcdef";
   std::string id(32, '0');
-  uint64_t a = rng(), b = rng();
-  for (int i = 0; i < 16; ++i) {
-    id[i] = hex[(a >> (4 * i)) & 15];
-    id[16 + i] = hex[(b >> (4 * i)) & 15];
+  for (size_t i = 0; i < sizeof bytes; ++i) {
+    id[2 * i] = hex[bytes[i] >> 4];
+    id[2 * i + 1] = hex[bytes[i] & 15];
   }
   return id;
 }

@@ -252,5 +252,59 @@ TEST_F(PresignSecurityTest, AnExpiredGrantCannotUpload) {
   EXPECT_TRUE(client_->AbortMultipartUpload({.bucket = "bkt", .key = "late"}, *upload).ok());
 }
 
+// SigV4 binds a signature to its server through the signed host header;
+// a request or URL whose SignedHeaders leave host out is refused, whatever
+// else it signed correctly.
+TEST_F(PresignSecurityTest, ASignatureThatLeavesOutHostIsRefused) {
+  using namespace s3;
+  const std::string host = "127.0.0.1:" + std::to_string(port_);
+  const std::string amz_date = FormatAmzDate(std::time(nullptr));
+  const std::string date = amz_date.substr(0, 8);
+  const std::string scope = CredentialScope(date, "us-east-1", "s3");
+  {
+    CanonicalRequestParts p;
+    p.method = "GET";
+    p.canonical_uri = CanonicalUri("/bkt/obj");
+    p.headers = {{"x-amz-date", amz_date}, {"x-amz-content-sha256", "UNSIGNED-PAYLOAD"}};
+    p.payload_hash = "UNSIGNED-PAYLOAD";
+    std::string signed_headers;
+    const std::string creq = CanonicalRequest(p, &signed_headers);
+    ASSERT_EQ(signed_headers.find("host"), std::string::npos);
+    const std::string sig =
+        Signature(kSk, date, "us-east-1", "s3", StringToSign(amz_date, scope, creq));
+    RawResponse r = RawExchange(
+        port_, "GET /bkt/obj HTTP/1.1\r\nHost: " + host + "\r\nx-amz-date: " + amz_date +
+                   "\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD\r\nAuthorization: "
+                   "AWS4-HMAC-SHA256 Credential=" +
+                   std::string(kAk) + "/" + scope + ", SignedHeaders=" + signed_headers +
+                   ", Signature=" + sig + "\r\nConnection: close\r\n\r\n");
+    EXPECT_EQ(r.status, 400) << r.head << r.body;
+    EXPECT_NE(r.body.find("<Code>AuthorizationHeaderMalformed</Code>"), std::string::npos)
+        << r.body;
+    EXPECT_NE(r.body.find("SignedHeaders must include host"), std::string::npos) << r.body;
+  }
+  {
+    Params q = {{"X-Amz-Algorithm", "AWS4-HMAC-SHA256"},
+                {"X-Amz-Credential", std::string(kAk) + "/" + scope},
+                {"X-Amz-Date", amz_date},
+                {"X-Amz-Expires", "600"},
+                {"X-Amz-SignedHeaders", "range"}};
+    CanonicalRequestParts p;
+    p.method = "GET";
+    p.canonical_uri = CanonicalUri("/bkt/obj");
+    p.canonical_query = CanonicalQuery(q);
+    p.headers = {{"range", "bytes=0-3"}};
+    p.payload_hash = std::string(kUnsignedPayload);
+    const std::string sig = Signature(kSk, date, "us-east-1", "s3",
+                                      StringToSign(amz_date, scope, CanonicalRequest(p, nullptr)));
+    RawResponse r = RawExchange(
+        port_, "GET " + p.canonical_uri + "?" + p.canonical_query + "&X-Amz-Signature=" + sig +
+                   " HTTP/1.1\r\nHost: " + host + "\r\nRange: bytes=0-3\r\n\r\n");
+    EXPECT_EQ(r.status, 400) << r.head << r.body;
+    EXPECT_NE(r.body.find("<Code>AuthorizationQueryParametersError</Code>"), std::string::npos)
+        << r.body;
+  }
+}
+
 }  // namespace
 }  // namespace xsilo

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <random>
 #include <vector>
 
 #include "s3/s3rver.h"
@@ -162,6 +163,88 @@ TEST(RandomObjectId, AForkedChildDoesNotRepeatItsParent) {
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_NE(std::string(buf, 32), parent);
+}
+
+// Ids are not predictable from ids already seen (the embedded store's
+// credentials are minted by RandomObjectId too). The attack this checks
+// for: a Mersenne Twister (std::mt19937_64, what ids came from before) is
+// linear, so 312 of its outputs, untempered, are its whole state, and the
+// next output follows. 156 ids are 312 outputs if an id is two of them in
+// the old layout (16 hex digits each, least significant nibble first);
+// the prediction must not match the next id.
+uint64_t InvertShiftLeftXor(uint64_t y, int shift, uint64_t mask) {
+  uint64_t x = y;
+  for (int i = 0; i < 64 / shift + 1; ++i) x = y ^ ((x << shift) & mask);
+  return x;
+}
+uint64_t InvertShiftRightXor(uint64_t y, int shift, uint64_t mask) {
+  uint64_t x = y;
+  for (int i = 0; i < 64 / shift + 1; ++i) x = y ^ ((x >> shift) & mask);
+  return x;
+}
+uint64_t Untemper(uint64_t y) {
+  y = InvertShiftRightXor(y, 43, ~0ULL);
+  y = InvertShiftLeftXor(y, 37, 0xFFF7EEE000000000ULL);
+  y = InvertShiftLeftXor(y, 17, 0x71D67FFFEDA60000ULL);
+  return InvertShiftRightXor(y, 29, 0x5555555555555555ULL);
+}
+uint64_t Temper(uint64_t y) {
+  y ^= (y >> 29) & 0x5555555555555555ULL;
+  y ^= (y << 17) & 0x71D67FFFEDA60000ULL;
+  y ^= (y << 37) & 0xFFF7EEE000000000ULL;
+  return y ^ (y >> 43);
+}
+// The twist: word k+312 of the state sequence from words k, k+1 and k+156.
+uint64_t NextWord(uint64_t xk, uint64_t xk1, uint64_t xkm) {
+  const uint64_t y = (xk & 0xFFFFFFFF80000000ULL) | (xk1 & 0x7FFFFFFFULL);
+  return xkm ^ (y >> 1) ^ ((y & 1) ? 0xB5026F5AA96619E9ULL : 0);
+}
+// The two generator outputs an id of the old layout was made of.
+std::pair<uint64_t, uint64_t> OutputsOf(const std::string& id) {
+  auto nibble = [](char c) -> uint64_t { return c <= '9' ? c - '0' : c - 'a' + 10; };
+  uint64_t a = 0, b = 0;
+  for (int i = 0; i < 16; ++i) {
+    a |= nibble(id[i]) << (4 * i);
+    b |= nibble(id[16 + i]) << (4 * i);
+  }
+  return {a, b};
+}
+std::string IdOf(uint64_t a, uint64_t b) {
+  static const char* hex = "0123456789abcdef";
+  std::string id(32, '0');
+  for (int i = 0; i < 16; ++i) {
+    id[i] = hex[(a >> (4 * i)) & 15];
+    id[16 + i] = hex[(b >> (4 * i)) & 15];
+  }
+  return id;
+}
+
+TEST(RandomObjectId, TheNextIdCannotBePredictedFromTheIdsBeforeIt) {
+  // The predictor works: on a real std::mt19937_64 it foretells the next id.
+  auto predict = [](const std::vector<std::string>& ids) {
+    std::vector<uint64_t> x;
+    for (const auto& id : ids) {
+      auto [a, b] = OutputsOf(id);
+      x.push_back(Untemper(a));
+      x.push_back(Untemper(b));
+    }
+    const uint64_t n0 = NextWord(x[0], x[1], x[156]);
+    const uint64_t n1 = NextWord(x[1], x[2], x[157]);
+    return IdOf(Temper(n0), Temper(n1));
+  };
+  std::mt19937_64 twister(12345);
+  for (int i = 0; i < 1000; ++i) (void)twister();  // not at a block boundary
+  std::vector<std::string> seen;
+  for (int i = 0; i < 156; ++i) {
+    const uint64_t a = twister(), b = twister();
+    seen.push_back(IdOf(a, b));
+  }
+  const uint64_t a = twister(), b = twister();
+  ASSERT_EQ(predict(seen), IdOf(a, b)) << "the predictor itself is wrong";
+
+  seen.clear();
+  for (int i = 0; i < 156; ++i) seen.push_back(RandomObjectId());
+  EXPECT_NE(predict(seen), RandomObjectId());
 }
 
 TEST(ConnectorRegistry, UnknownTypeAndBadOptions) {

@@ -116,7 +116,8 @@ Result<std::unique_ptr<Connector>> MakeConnector(const ConnectorConfig& config);
 // Registered connector types.
 std::vector<std::string> ConnectorTypes();
 
-// A random 128-bit id as 32 hex characters.
+// A random 128-bit id as 32 hex characters, from the kernel's CSPRNG
+// (getrandom): unpredictable from other ids, so also usable as a secret.
 std::string RandomObjectId();
 
 }  // namespace xsilo
