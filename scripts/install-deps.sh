@@ -49,6 +49,8 @@ PACKAGES=(
   # example use (Debian's torch, numpy, pytest)
   python3-dev pybind11-dev python3-pybind11 libdlpack-dev python3-numpy python3-torch
   python3-pytest python3-pytest-timeout
+  # the packaging test pip-installs the build tree (tests/python/test_packaging.py)
+  python3-pip python3-setuptools python3-wheel
   # xsilo.proxystore (docs/python.md): transparent proxies (lazy-object-proxy's
   # C extension), cloudpickle for lambdas and local classes, stream brokers
   # (redis-py, pyzmq); pydantic runs ProxyStore 0.6.5 in bench/proxystore_compare.py

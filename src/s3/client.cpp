@@ -192,8 +192,13 @@ int SeekCallback(void* user, curl_off_t offset, int origin) {
 }
 
 Status CurlStatus(CURLcode code, const char* errbuf, const Call& call) {
-  std::string where = " (" + call.method + " " + call.bucket + "/" + call.key + ")";
-  std::string msg = std::string("curl: ") + (errbuf[0] ? errbuf : curl_easy_strerror(code)) + where;
+  // A call by URL (no bucket) has the URL in `key`: a presigned one is a
+  // bearer token, so only its scheme, host and path are named.
+  std::string where = call.bucket.empty() && call.key.find("://") != std::string::npos
+                          ? " (" + call.method + " " + s3::RedactUrl(call.key) + ")"
+                          : " (" + call.method + " " + call.bucket + "/" + call.key + ")";
+  std::string msg =
+      "curl: " + s3::RedactSignedQuery(errbuf[0] ? errbuf : curl_easy_strerror(code)) + where;
   switch (code) {
     case CURLE_OPERATION_TIMEDOUT:
       return Timeout(msg);

@@ -332,7 +332,7 @@ Status CompleteParts(const UrlUploadArgs& args, const std::vector<std::string>& 
   XSILO_RETURN_IF_ERROR(
       PlainTransfer(done, args.timeout, args.tls, &r).WithContext("completing the upload"));
   if (r.text.find("<Error>") != std::string::npos) {  // S3 may fail inside a 200
-    return Unavailable("completing the upload: " + r.text.substr(0, 512));
+    return Unavailable("completing the upload: " + s3::RedactSignedQuery(r.text.substr(0, 512)));
   }
   return Status::OK();
 }

@@ -1,6 +1,7 @@
 #include "s3/sigv4.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -268,6 +269,44 @@ bool SecureEquals(std::string_view a, std::string_view b) {
   unsigned char diff = 0;
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
+}
+
+std::string RedactUrl(std::string_view url) {
+  const size_t q = url.find_first_of("?#");
+  if (q == std::string_view::npos) return std::string(url);
+  return std::string(url.substr(0, q)) + "?<signed query redacted>";
+}
+
+std::string RedactSignedQuery(std::string_view text) {
+  static constexpr std::string_view kNames[] = {
+      "x-amz-signature=", "x-amz-credential=", "x-amz-security-token="};
+  std::string lower(text);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t next = std::string::npos;
+    size_t name_len = 0;
+    for (std::string_view name : kNames) {
+      const size_t f = lower.find(name, at);
+      if (f < next) {
+        next = f;
+        name_len = name.size();
+      }
+    }
+    if (next == std::string::npos) break;
+    const size_t value = next + name_len;
+    size_t end = value;
+    while (end < text.size() &&
+           std::string_view("&# \t\r\n\"'<>)").find(text[end]) == std::string_view::npos) {
+      ++end;
+    }
+    out.append(text.substr(at, value - at));
+    out += "REDACTED";
+    at = end;
+  }
+  out.append(text.substr(std::min(at, text.size())));
+  return out;
 }
 
 namespace {

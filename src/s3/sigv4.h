@@ -81,6 +81,16 @@ std::string Signature(std::string_view secret_key, std::string_view date_stamp,
 // Constant-time comparison for signatures.
 bool SecureEquals(std::string_view a, std::string_view b);
 
+// A presigned URL is a bearer token until it expires: what may be shown of
+// one in a Status or a log line is its scheme, host and path. The query
+// (signature, credential, security token) becomes "?<signed query
+// redacted>".
+std::string RedactUrl(std::string_view url);
+// `text` with the value of every X-Amz-Signature, X-Amz-Credential and
+// X-Amz-Security-Token parameter (any case) replaced by "REDACTED": for
+// text that may quote a URL (a library's error message).
+std::string RedactSignedQuery(std::string_view text);
+
 // What a parsed Authorization header or presigned query says.
 struct SigV4Auth {
   std::string access_key;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include "require.h"
 
 namespace xsilo {
 namespace {
@@ -132,7 +133,7 @@ TEST(Cpus, UsableCpusFollowsTheAffinityMask) {
     }
   });
   t.join();
-  if (!set) GTEST_SKIP() << "sched_setaffinity is not allowed here";
+  XSILO_REQUIRE(set, "sched_setaffinity allowed");
   EXPECT_EQ(pinned, 1);
   EXPECT_LE(capacity, 1.0);
 }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "require.h"
 #include "xsilo/netem/netem.h"
 
 namespace xsilo::netem::testing {
@@ -53,7 +54,7 @@ class NetemFixture : public ::testing::Test {
  protected:
   void SetUp() override {
     Status s = CheckPrerequisites();
-    if (!s.ok()) GTEST_SKIP() << "netem emulator tests skipped: " << s.message();
+    XSILO_REQUIRE(s.ok(), "the netem emulator: " << s.message());
     static int counter = 0;
     options_.prefix = "xt" + std::to_string(getpid()) + "-" + std::to_string(counter++);
     dir_ = std::filesystem::temp_directory_path() / ("xsilo-netem-" + options_.prefix);

@@ -36,11 +36,15 @@ def test_the_version_is_the_projects():
         assert built.read() == src.read(), "the build tree's pyproject.toml is stale: re-run cmake"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pip") is None
-                    or importlib.util.find_spec("setuptools") is None
-                    or importlib.util.find_spec("wheel") is None,
-                    reason="needs pip, setuptools and wheel (Debian's python3-pip)")
 def test_pip_installs_the_build_tree(tmp_path):
+    missing = [m for m in ("pip", "setuptools", "wheel") if importlib.util.find_spec(m) is None]
+    if missing:
+        # scripts/install-deps.sh installs them; `make test` sets XSILO_REQUIRE_ALL=1, where a
+        # test that cannot run fails instead of skipping.
+        why = "needs " + ", ".join(missing) + " (Debian's python3-pip, -setuptools, -wheel)"
+        if os.environ.get("XSILO_REQUIRE_ALL") == "1" or os.environ.get("CI") == "true":
+            pytest.fail("prerequisite missing: " + why)
+        pytest.skip(why)
     # A copy, so that setuptools' build/ and egg-info stay out of the build tree.
     src = tmp_path / "src"
     shutil.copytree(TREE, src, ignore=shutil.ignore_patterns("CMakeFiles", "__pycache__", "*.cmake",

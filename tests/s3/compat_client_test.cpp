@@ -158,7 +158,13 @@ TEST_P(CompatTest, ConditionalGet) {
   EXPECT_EQ(S3ErrorCode(not_modified.status()), "NotModified");
   EXPECT_EQ(S3ErrorCode(get({.if_modified_since = future}).status()), "NotModified");
   EXPECT_TRUE(get({.if_modified_since = past}).ok());
-  if (s3rver()) GTEST_SKIP() << "s3rver ignores If-Match and If-Unmodified-Since";
+  if (s3rver()) {
+    // s3rver ignores If-Match and If-Unmodified-Since: checked, so that a
+    // release which implements them shows up here.
+    EXPECT_TRUE(get({.if_match = "\"0123456789abcdef0123456789abcdef\""}).ok());
+    EXPECT_TRUE(get({.if_unmodified_since = past}).ok());
+    return;
+  }
   EXPECT_TRUE(get({.if_match = etag}).ok());
   EXPECT_TRUE(get({.if_match = "*"}).ok());
   auto failed = get({.if_match = "\"0123456789abcdef0123456789abcdef\""});
@@ -222,7 +228,6 @@ TEST_P(CompatTest, CopyZeroSizeAndMissingSource) {
 }
 
 TEST_P(CompatTest, CopySourceIfMatch) {
-  if (s3rver()) GTEST_SKIP() << "s3rver ignores x-amz-copy-source-if-match";
   std::string etag = Put("src", "v1");
   EXPECT_TRUE(client_
                   ->CopyObject({.source_bucket = kBucket,
@@ -237,6 +242,11 @@ TEST_P(CompatTest, CopySourceIfMatch) {
                                     .bucket = kBucket,
                                     .key = "never",
                                     .source_if_match = etag});
+  if (s3rver()) {
+    // s3rver ignores x-amz-copy-source-if-match: the stale copy is made.
+    EXPECT_TRUE(stale.ok()) << stale.status().ToString();
+    return;
+  }
   EXPECT_EQ(S3ErrorCode(stale.status()), "PreconditionFailed") << stale.status().ToString();
   EXPECT_EQ(client_->HeadObject({.bucket = kBucket, .key = "never"}).status().code(),
             StatusCode::kNotFound);
@@ -282,14 +292,32 @@ TEST_P(CompatTest, BucketErrors) {
   auto missing = client_->GetObject({.bucket = "no-such-bucket-xs", .key = "k"});
   EXPECT_EQ(S3ErrorCode(missing.status()), "NoSuchBucket") << missing.status().ToString();
   EXPECT_EQ(S3ErrorCode(client_->DeleteBucket({.bucket = "no-such-bucket-xs"})), "NoSuchBucket");
-  if (s3rver()) GTEST_SKIP() << "s3rver answers 200 to re-creating an own bucket";
   auto again = client_->CreateBucket({.bucket = kBucket});
+  if (s3rver()) {
+    // s3rver treats an own bucket as anyone's: 409 BucketAlreadyExists.
+    EXPECT_EQ(again.code(), StatusCode::kAlreadyExists) << again.ToString();
+    EXPECT_EQ(S3ErrorCode(again), "BucketAlreadyExists") << again.ToString();
+    return;
+  }
   EXPECT_EQ(again.code(), StatusCode::kAlreadyExists) << again.ToString();
   EXPECT_EQ(S3ErrorCode(again), "BucketAlreadyOwnedByYou");
 }
 
 TEST_P(CompatTest, MultipartListingAndCleanup) {
-  if (s3rver()) GTEST_SKIP() << "s3rver implements neither ListMultipartUploads nor ListParts";
+  if (s3rver()) {
+    // s3rver implements neither ListMultipartUploads nor ListParts: both
+    // are refused, not answered with an empty list. Checked, so that a
+    // release which implements them shows up here.
+    auto id = client_->CreateMultipartUpload({.bucket = kBucket, .key = "round/1"});
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    auto uploads = client_->ListMultipartUploads({.bucket = kBucket});
+    EXPECT_FALSE(uploads.ok()) << "s3rver listed uploads";
+    EXPECT_FALSE(client_->ListParts({.bucket = kBucket, .key = "round/1"}, *id).ok());
+    // Nor AbortMultipartUpload: 405 MethodNotAllowed.
+    Status abort = client_->AbortMultipartUpload({.bucket = kBucket, .key = "round/1"}, *id);
+    EXPECT_EQ(S3ErrorCode(abort), "MethodNotAllowed") << abort.ToString();
+    return;
+  }
   std::vector<std::string> ids;
   for (const char* key : {"round/1", "round/2", "round/2", "other", "round/3"}) {
     auto id = client_->CreateMultipartUpload({.bucket = kBucket, .key = key});

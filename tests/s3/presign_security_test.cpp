@@ -306,5 +306,38 @@ TEST_F(PresignSecurityTest, ASignatureThatLeavesOutHostIsRefused) {
   }
 }
 
+// A presigned URL is a bearer token until it expires: a failed transfer
+// through one names its host and path, never its signed query.
+TEST_F(PresignSecurityTest, AFailedTransferByUrlDoesNotQuoteTheSignature) {
+  const std::string url = Presign("PUT", "obj");
+  const std::string signature = url.substr(url.find("X-Amz-Signature=") + 16);
+  ASSERT_EQ(signature.size(), 64u) << url;
+  server_.reset();  // nothing listens at the URL's port any more
+  Buffer body = Buffer::CopyFrom(std::string("payload"));
+  GatherList gather;
+  gather.Append(std::move(body));
+  Status put = HttpPutUrl(url, gather, std::chrono::milliseconds(5000));
+  ASSERT_FALSE(put.ok());
+  const std::string m = put.ToString();
+  EXPECT_EQ(m.find("X-Amz-Signature"), std::string::npos) << m;
+  EXPECT_EQ(m.find(signature), std::string::npos) << m;
+  EXPECT_EQ(m.find("X-Amz-Credential"), std::string::npos) << m;
+  EXPECT_NE(m.find("127.0.0.1:" + std::to_string(port_) + "/bkt/obj"), std::string::npos) << m;
+  Result<Buffer> get = HttpGetUrl(url, std::chrono::milliseconds(5000));
+  ASSERT_FALSE(get.ok());
+  EXPECT_EQ(get.status().ToString().find(signature), std::string::npos) << get.status().ToString();
+}
+
+TEST(RedactSignedQuery, EverySecretParameterIsReplacedWhateverItsCase) {
+  EXPECT_EQ(s3::RedactSignedQuery("GET http://h/b/k?X-Amz-Credential=AK%2F1&x-amz-signature=ab12 "
+                                  "failed; X-AMZ-SECURITY-TOKEN=tok)"),
+            "GET http://h/b/k?X-Amz-Credential=REDACTED&x-amz-signature=REDACTED "
+            "failed; X-AMZ-SECURITY-TOKEN=REDACTED)");
+  EXPECT_EQ(s3::RedactSignedQuery("no secret here"), "no secret here");
+  EXPECT_EQ(s3::RedactUrl("https://h:9/b/k?X-Amz-Signature=ab"),
+            "https://h:9/b/k?<signed query redacted>");
+  EXPECT_EQ(s3::RedactUrl("https://h:9/b/k"), "https://h:9/b/k");
+}
+
 }  // namespace
 }  // namespace xsilo

@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "xsilo/store/connector.h"
 
@@ -19,10 +20,12 @@ struct ConnectorParam {
   std::string name;
   // Builds the config of a fresh connector for one test.
   std::function<ConnectorConfig()> config;
-  // Keys resolve in another process from config + key.
+  // Keys resolve in another process from config + key (false: the
+  // cross-process case is not instantiated for this connector).
   bool cross_process = true;
-  // False skips the >2 GiB case: for interop configurations (a third-party
-  // server) whose large-object path another instantiation covers.
+  // False leaves out the >2 GiB case: for interop configurations (a
+  // third-party server) whose large-object path another instantiation
+  // covers. A case left out is not instantiated, never skipped.
   bool huge_payloads = true;
 };
 
@@ -35,13 +38,32 @@ class ConnectorConformance : public ::testing::TestWithParam<ConnectorParam> {
   std::unique_ptr<Connector> connector_;
 };
 
+// The cases only some configurations run, as suites of their own, so that
+// a configuration without the property has no such test (not a skipped one).
+class ConnectorHugeConformance : public ConnectorConformance {};
+class ConnectorCrossProcessConformance : public ConnectorConformance {};
+
+// {p} when p has the property, else none.
+inline std::vector<ConnectorParam> OnlyIf(const ConnectorParam& p, bool ConnectorParam::*flag) {
+  if (p.*flag) return {p};
+  return {};
+}
+
 bool RunConnectorChildIfRequested(int* exit_code);
 
 }  // namespace xsilo::testing
 
-#define XSILO_CONNECTOR_CONFORMANCE(prefix, ...)                              \
-  namespace xsilo::testing {                                                  \
-  INSTANTIATE_TEST_SUITE_P(prefix, ConnectorConformance,                      \
-                           ::testing::Values(ConnectorParam __VA_ARGS__),     \
-                           [](const auto& info) { return info.param.name; }); \
+#define XSILO_CONNECTOR_CONFORMANCE(prefix, ...)                                        \
+  namespace xsilo::testing {                                                            \
+  INSTANTIATE_TEST_SUITE_P(prefix, ConnectorConformance,                                \
+                           ::testing::Values(ConnectorParam __VA_ARGS__),               \
+                           [](const auto& info) { return info.param.name; });           \
+  INSTANTIATE_TEST_SUITE_P(prefix, ConnectorHugeConformance,                            \
+                           ::testing::ValuesIn(OnlyIf(ConnectorParam __VA_ARGS__,       \
+                                                      &ConnectorParam::huge_payloads)), \
+                           [](const auto& info) { return info.param.name; });           \
+  INSTANTIATE_TEST_SUITE_P(prefix, ConnectorCrossProcessConformance,                    \
+                           ::testing::ValuesIn(OnlyIf(ConnectorParam __VA_ARGS__,       \
+                                                      &ConnectorParam::cross_process)), \
+                           [](const auto& info) { return info.param.name; });           \
   }

@@ -30,10 +30,12 @@ struct ConformanceParam {
   std::string label;
   // False for in-process configurations whose receivers keep private copies
   // in the sender's own process (inproc serialize=1): the sender's memory
-  // cannot be told apart there.
+  // cannot be told apart there, and the broadcast-memory case is not
+  // instantiated.
   bool measure_broadcast_memory = true;
-  // False skips the >2 GiB case: for interop configurations (a third-party
-  // object server) whose large-payload path another instantiation covers.
+  // False leaves out the >2 GiB case: for interop configurations (a
+  // third-party object server) whose large-payload path another
+  // instantiation covers. A case left out is not instantiated, never skipped.
   bool huge_payloads = true;
 };
 
@@ -53,6 +55,18 @@ class TransportConformance : public ::testing::TestWithParam<ConformanceParam> {
 
 std::string ConformanceName(const ::testing::TestParamInfo<ConformanceParam>& info);
 
+// The cases only some configurations run, as suites of their own, so that
+// a configuration without the property has no such test (not a skipped one).
+class TransportHugeConformance : public TransportConformance {};
+class TransportBroadcastMemoryConformance : public TransportConformance {};
+
+// {p} when p has the property, else none.
+inline std::vector<ConformanceParam> OnlyIf(const ConformanceParam& p,
+                                            bool ConformanceParam::*flag) {
+  if (p.*flag) return {p};
+  return {};
+}
+
 // Starts this test binary again (its main must call
 // RunConformanceChildIfRequested) as receiver `rank` of `world` at
 // `address`: it starts p.backend, receives one message, exits 0 if it is
@@ -70,4 +84,13 @@ bool RunConformanceChildIfRequested(int* exit_code);
   namespace xsilo::testing {                                                                  \
   INSTANTIATE_TEST_SUITE_P(prefix, TransportConformance,                                      \
                            ::testing::Values(ConformanceParam __VA_ARGS__), ConformanceName); \
+  INSTANTIATE_TEST_SUITE_P(prefix, TransportHugeConformance,                                  \
+                           ::testing::ValuesIn(OnlyIf(ConformanceParam __VA_ARGS__,           \
+                                                      &ConformanceParam::huge_payloads)),     \
+                           ConformanceName);                                                  \
+  INSTANTIATE_TEST_SUITE_P(                                                                   \
+      prefix, TransportBroadcastMemoryConformance,                                            \
+      ::testing::ValuesIn(OnlyIf(ConformanceParam __VA_ARGS__,                                \
+                                 &ConformanceParam::measure_broadcast_memory)),               \
+      ConformanceName);                                                                       \
   }

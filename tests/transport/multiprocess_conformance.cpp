@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "require.h"
 #include "transport/test_util.h"
 
 namespace xsilo::testing {
@@ -93,7 +94,7 @@ std::string MultiprocessName(const ::testing::TestParamInfo<MultiprocessParam>& 
 void MultiprocessConformance::SetUp() {
   rank_ = g_rank;
   world_ = g_world;
-  if (world_ < 3) GTEST_SKIP() << "needs a launcher with at least 3 ranks, have " << world_;
+  XSILO_REQUIRE(world_ >= 3, "a launcher with at least 3 ranks, have " << world_);
 }
 
 std::unique_ptr<Transport> MultiprocessConformance::Join(TransportOptions base) {
@@ -309,7 +310,7 @@ TEST_P(MultiprocessConformance, HandlerReceivesInsteadOfQueue) {
 TEST_P(MultiprocessConformance, BroadcastSharesPayload) {
   const uint64_t size = uint64_t{256} << 20;
   // Every rank checks, so every rank skips alike.
-  if (!ResetPeakRss()) GTEST_SKIP() << "kernel does not allow resetting VmHWM";
+  XSILO_REQUIRE(ResetPeakRss(), "a kernel that allows resetting VmHWM (/proc/self/clear_refs)");
   auto t = Join();
   ASSERT_NE(t, nullptr);
   if (rank_ == 0) {

@@ -11,6 +11,7 @@
 #include <deque>
 #include <thread>
 
+#include "transport/grpc/grpc_internal.h"
 #include "transport/grpc/link.grpc.pb.h"
 #include "transport/grpc/options.h"
 #include "transport/grpc/unary_transport.h"
@@ -149,7 +150,7 @@ class UnaryTransport final : public Transport {
   }
 
   Status Receive(const UnaryRequest& req) {
-    if (!g_.token.empty() && req.token() != g_.token)
+    if (!g_.token.empty() && !grpc_detail::SameToken(req.token(), g_.token))
       return PermissionDenied("wrong or missing token from rank " + std::to_string(req.sender()));
     if (req.sender() < 0 || req.sender() >= world_size() || req.sender() == rank())
       return InvalidArgument("bad sender rank " + std::to_string(req.sender()));

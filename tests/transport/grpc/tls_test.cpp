@@ -129,6 +129,24 @@ TEST(GrpcToken, WrongTokenIsRefusedWithAClearError) {
   EXPECT_TRUE(PatternIntact(*r));
 }
 
+// mode=unary checks the token of every call (in constant time, as the
+// streaming mode does): a wrong one is refused, the right one delivers.
+TEST(GrpcToken, UnaryModeRefusesAWrongToken) {
+  const int port = FreeTcpPort();
+  auto server = Make(0, 3, port, {{"token", "s3cret"}, {"mode", "unary"}});
+  ASSERT_TRUE(server->Start().ok());
+  auto bad = Make(1, 3, port, {{"token", "s3creT"}, {"mode", "unary"}}, 10s);
+  auto good = Make(2, 3, port, {{"token", "s3cret"}, {"mode", "unary"}}, 10s);
+  ASSERT_TRUE(bad->Start().ok());
+  ASSERT_TRUE(good->Start().ok());
+  Status s = bad->Send(0, PatternMessage(4096, 1), 10s);
+  EXPECT_EQ(s.code(), StatusCode::kPermissionDenied) << s.ToString();
+  ASSERT_TRUE(good->Send(0, PatternMessage(4096, 2), 10s).ok());
+  auto r = server->Receive(30s);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(PatternIntact(*r));
+}
+
 TEST(GrpcToken, TokenWorksTogetherWithMutualTls) {
   const int port = FreeTcpPort();
   auto opts = MutualTls();

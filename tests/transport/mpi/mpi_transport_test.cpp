@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "require.h"
 #include "transport/multiprocess_conformance.h"
 #include "transport/test_util.h"
 #include "xsilo/core/codec.h"
@@ -28,7 +29,7 @@ class MpiTransportTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     rank_ = EnvInt("OMPI_COMM_WORLD_RANK");
     world_ = EnvInt("OMPI_COMM_WORLD_SIZE");
-    if (world_ < 3) GTEST_SKIP() << "run under mpirun -np 3 (or more)";
+    XSILO_REQUIRE(world_ >= 3, "mpirun -np 3 (or more)");
   }
   TransportOptions Options() const {
     TransportOptions o;
