@@ -166,6 +166,7 @@ class Endpoint {
   bool RecentlyFailed(const std::string& owner, Path path);
   void NoteFailed(const std::string& owner, Path path, const Status& why);
   void NoteServeFailed(Path path, const Status& why);
+  void KeepFailureLocked(std::string what);  // into failures_; mu_ held
   Result<std::unique_ptr<TlsStream>> DialRelay();
 
   EndpointOptions o_;

@@ -304,13 +304,16 @@ void Endpoint::NoteFailed(const std::string& owner, Path path, const Status& why
   std::lock_guard<std::mutex> lock(mu_);
   if (failed_paths_.size() > 4096) failed_paths_.clear();  // a bound, not a policy
   failed_paths_[{owner, path}] = std::chrono::steady_clock::now();
-  failures_.push_back(std::move(what));
-  while (failures_.size() > kFailuresKept) failures_.pop_front();
+  KeepFailureLocked(std::move(what));
 }
 
 void Endpoint::NoteServeFailed(Path path, const Status& why) {
   std::string what = "serving " + std::string(PathName(path)) + ": " + why.ToString();
   std::lock_guard<std::mutex> lock(mu_);
+  KeepFailureLocked(std::move(what));
+}
+
+void Endpoint::KeepFailureLocked(std::string what) {
   failures_.push_back(std::move(what));
   while (failures_.size() > kFailuresKept) failures_.pop_front();
 }

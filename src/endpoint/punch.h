@@ -27,8 +27,8 @@ struct PunchOptions {
   int stun_port = 0;
   bool controlling = false;                        // the requester controls ICE
   std::chrono::milliseconds gather_timeout{3000};  // candidates, including the STUN answer
-  std::chrono::milliseconds connect_timeout{
-      5000};                                    // ICE checks; then, again, the stream's handshake
+  // ICE checks; then, once more, the stream's handshake on the pair found.
+  std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds io_timeout{60000};  // a direction with no byte for this long ends
 };
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "transport/auto/auto_policy.h"
 
@@ -211,34 +212,34 @@ TEST(AutoPolicyUnfittedLinks, ASlowerLinkOrABiggerMessageNeverFavoursInline) {
       const AutoPolicyOptions o = Options(streams);
       const bool striping_off = streams == 1;
       for (uint64_t bytes : sizes) {
-        double last = 0;
-        bool was_store = false;
+        // Along a sequence of ever slower links: inline over store never
+        // falls, and (striping off) a store choice stays one.
+        auto expect_never_favours_inline = [&](const std::vector<LinkEstimate>& slower,
+                                               const char* how) {
+          double last = 0;
+          bool was_store = false;
+          for (size_t i = 0; i < slower.size(); ++i) {
+            const AutoChoice choice = Choose(slower[i], bytes, o);
+            const double ratio = choice.inline_s / choice.store_s;
+            EXPECT_GE(ratio, last * (1 - 1e-12)) << c.name << ", " << how << " step " << i;
+            if (striping_off && was_store) {
+              EXPECT_EQ(choice.path, AutoPath::kStore) << c.name << ": " << choice.reason;
+            }
+            last = ratio;
+            was_store = choice.path == AutoPath::kStore;
+          }
+        };
+        std::vector<LinkEstimate> halved, farther;
         for (int halvings = 0; halvings < 8; ++halvings) {
-          const LinkEstimate l = Estimate(
-              base.rtt_s, base.one_stream_Bps / std::ldexp(1.0, halvings), base.aggregate_Bps);
-          const AutoChoice choice = Choose(l, bytes, o);
-          const double ratio = choice.inline_s / choice.store_s;
-          EXPECT_GE(ratio, last * (1 - 1e-12)) << c.name << ", one stream / 2^" << halvings;
-          if (striping_off && was_store) {
-            EXPECT_EQ(choice.path, AutoPath::kStore) << c.name << ": " << choice.reason;
-          }
-          last = ratio;
-          was_store = choice.path == AutoPath::kStore;
+          halved.push_back(Estimate(base.rtt_s, base.one_stream_Bps / std::ldexp(1.0, halvings),
+                                    base.aggregate_Bps));
         }
-        last = 0;
-        was_store = false;
         for (double a : {1.0, 2.0, 4.0, 8.0}) {
-          const LinkEstimate l =
-              Estimate(base.rtt_s * a, base.one_stream_Bps / a, base.aggregate_Bps / a);
-          const AutoChoice choice = Choose(l, bytes, o);
-          const double ratio = choice.inline_s / choice.store_s;
-          EXPECT_GE(ratio, last * (1 - 1e-12)) << c.name << ", round trip x" << a;
-          if (striping_off && was_store) {
-            EXPECT_EQ(choice.path, AutoPath::kStore) << c.name << ": " << choice.reason;
-          }
-          last = ratio;
-          was_store = choice.path == AutoPath::kStore;
+          farther.push_back(
+              Estimate(base.rtt_s * a, base.one_stream_Bps / a, base.aggregate_Bps / a));
         }
+        expect_never_favours_inline(halved, "one stream halved");
+        expect_never_favours_inline(farther, "round trip doubled");
       }
       bool was_store = false;
       for (uint64_t bytes = 1 << 10; bytes <= (uint64_t{1} << 32); bytes *= 2) {
