@@ -55,35 +55,63 @@ std::string Gateway(int index) { return "10.201." + std::to_string(index) + ".1"
 std::string NatNetnsName(const Options& o, const Site& s) { return NetnsName(o, s) + "-nat"; }
 
 std::string NatRules(NatType type, int index) {
-  const std::string host = SitePrivateAddress(index);
+  const std::string host = SitePrivateAddress(index), pub = SiteAddress(index);
+  const std::string lan = std::string("\"") + kLanDevice + "\"";
+  const std::string wan = std::string("\"") + kDevice + "\"";
   const bool full_cone = type == NatType::kFullCone;
+  // UDP through the endpoint-independent types is translated 1:1 without
+  // connection tracking: the public port is always the host's port (one
+  // host per NAT). With conntrack, a peer's datagram that reaches the NAT
+  // before the host's first datagram to that peer (ICE's crossing checks)
+  // leaves an entry whose tuple the host's flow would clash with, and
+  // masquerade then picks another port: the mapping would depend on the
+  // destination and timing (nat_test's CrossingTest).
+  const bool stateless_udp = full_cone || type == NatType::kRestricted;
   std::string r = "table ip xsilo_nat {\n";
   if (full_cone) {
-    // The ports the host has sent from: masquerade keeps a source port when
-    // it is free (always here, one host per NAT), so a mapped public port
-    // equals the host's port and inbound traffic to it goes to the host.
+    // The ports the host has sent from.
     r += "  set mapped_udp { type inet_service; flags dynamic,timeout; timeout 180s; }\n";
     r += "  set mapped_tcp { type inet_service; flags dynamic,timeout; timeout 180s; }\n";
+  } else if (stateless_udp) {
+    // The peers the host has sent to, with the host's port.
+    r += "  set sent_udp { type ipv4_addr . inet_service . inet_service; flags dynamic,timeout; "
+         "timeout 180s; }\n";
+  }
+  if (stateless_udp) {
+    // Who may send in: to a port the host sent from (full-cone), or from a
+    // peer the host sent to from that port (restricted).
+    const std::string admitted =
+        full_cone ? "udp dport @mapped_udp" : "ip saddr . udp sport . udp dport @sent_udp";
+    r += "  chain raw {\n    type filter hook prerouting priority raw; policy accept;\n";
+    r += "    iifname " + lan + " ip saddr " + host + " meta l4proto udp notrack\n";
+    r += "    iifname " + wan + " ip daddr " + pub + " " + admitted + " notrack ip daddr set " +
+         host + "\n";
+    r += "  }\n";
+    r += "  chain snat_udp {\n    type filter hook postrouting priority srcnat; policy accept;\n";
+    r +=
+        "    oifname " + wan + " ip saddr " + host + " meta l4proto udp ip saddr set " + pub + "\n";
+    r += "  }\n";
   }
   r += "  chain forward {\n    type filter hook forward priority filter; policy drop;\n";
   if (full_cone) {
     // Before the established rule, so that traffic keeps a mapping alive.
-    r += std::string("    iifname \"") + kLanDevice + "\" update @mapped_udp { udp sport }\n";
-    r += std::string("    iifname \"") + kLanDevice + "\" update @mapped_tcp { tcp sport }\n";
+    r += "    iifname " + lan + " update @mapped_udp { udp sport }\n";
+    r += "    iifname " + lan + " update @mapped_tcp { tcp sport }\n";
+  } else if (stateless_udp) {
+    r += "    iifname " + lan + " update @sent_udp { ip daddr . udp dport . udp sport }\n";
   }
+  // Untracked UDP from outside is what the raw chain admitted.
+  if (stateless_udp) r += "    iifname " + wan + " meta l4proto udp ct state untracked accept\n";
   r += "    ct state established,related accept\n";
   if (full_cone) r += "    ct status dnat accept\n";
-  r += std::string("    iifname \"") + kLanDevice + "\" oifname \"" + kDevice + "\" accept\n  }\n";
+  r += "    iifname " + lan + " oifname " + wan + " accept\n  }\n";
   if (full_cone) {
     r += "  chain prerouting {\n    type nat hook prerouting priority dstnat; policy accept;\n";
-    r +=
-        std::string("    iifname \"") + kDevice + "\" udp dport @mapped_udp dnat to " + host + "\n";
-    r +=
-        std::string("    iifname \"") + kDevice + "\" tcp dport @mapped_tcp dnat to " + host + "\n";
+    r += "    iifname " + wan + " tcp dport @mapped_tcp dnat to " + host + "\n";
     r += "  }\n";
   }
   r += "  chain postrouting {\n    type nat hook postrouting priority srcnat; policy accept;\n";
-  r += std::string("    oifname \"") + kDevice + "\" ip saddr " + Subnet(index) + " masquerade" +
+  r += "    oifname " + wan + " ip saddr " + Subnet(index) + " masquerade" +
        (type == NatType::kSymmetric ? " random" : "") + "\n  }\n}\n";
   return r;
 }
