@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <thread>
@@ -263,6 +265,21 @@ pid_t SleepInSite(const State& state, int site) {
   return pid;
 }
 
+// Whether process `pid` runs sleep (it has exec'd, so EnterSite succeeded)
+// inside the network namespace of site `site`.
+bool SleepsInSite(pid_t pid, const State& state, int site) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::ifstream comm(proc + "/comm");
+  std::string name;
+  std::getline(comm, name);
+  struct stat in_site {};
+  struct stat own {};
+  return name == "sleep" &&
+         stat(("/run/netns/" + state.sites[site].netns).c_str(), &in_site) == 0 &&
+         stat((proc + "/ns/net").c_str(), &own) == 0 && own.st_ino == in_site.st_ino &&
+         own.st_dev == in_site.st_dev;
+}
+
 // The contents of `path` as a process inside site `site` reads it (a
 // /proc/sys/net file shows the reader's namespace); "" on failure.
 std::string ReadInSite(const State& state, int site, const char* path) {
@@ -319,7 +336,16 @@ TEST_F(EmulatorTest, DownLeavesNoNamespaceAndNoProcess) {
   EXPECT_EQ(NamespacesWithPrefix(options_.prefix).size(), 2u);
   pid_t sleeper = SleepInSite(state, 1);
   ASSERT_GT(sleeper, 0);
-  std::this_thread::sleep_for(200ms);  // let it enter the site
+  // Down must find it in the site: wait until it has entered and runs sleep.
+  const auto deadline = Clock::now() + 30s;
+  while (!SleepsInSite(sleeper, state, 1) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(2ms);
+  }
+  if (!SleepsInSite(sleeper, state, 1)) {
+    kill(sleeper, SIGKILL);
+    waitpid(sleeper, nullptr, 0);
+    FAIL() << "process " << sleeper << " never entered site 1";
+  }
 
   ASSERT_TRUE(Down(options_).ok());
   EXPECT_TRUE(NamespacesWithPrefix(options_.prefix).empty());

@@ -12,6 +12,9 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <thread>
 
 #include "s3/raw_http.h"
@@ -394,6 +397,41 @@ Result<std::unique_ptr<S3Server>> StartInDirectory(const std::filesystem::path& 
   return S3Server::Start(o);
 }
 
+// The inode of this process's TCP socket (IPv4) bound to `local_port` and
+// connected to `remote_port`, from /proc/net/tcp; 0 if there is none.
+uint64_t SocketInode(int local_port, int remote_port) {
+  std::ifstream tcp("/proc/net/tcp");
+  std::string line;
+  std::getline(tcp, line);  // the header
+  auto port_of = [](const std::string& address) {
+    const size_t colon = address.find(':');
+    return colon == std::string::npos ? -1 : std::stoi(address.substr(colon + 1), nullptr, 16);
+  };
+  while (std::getline(tcp, line)) {
+    // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+    std::istringstream fields(line);
+    std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout;
+    uint64_t inode = 0;
+    if (!(fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
+          timeout >> inode)) {
+      continue;
+    }
+    if (port_of(local) == local_port && port_of(remote) == remote_port) return inode;
+  }
+  return 0;
+}
+
+// Whether a file descriptor of this process is the socket with `inode`.
+bool ProcessHoldsSocket(uint64_t inode) {
+  const std::string target = "socket:[" + std::to_string(inode) + "]";
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    std::error_code link_ec;
+    if (std::filesystem::read_symlink(fd.path(), link_ec) == target) return true;
+  }
+  return false;
+}
+
 // A client that hangs up in the middle of a body sent by sendfile(2)
 // (which, unlike sendmsg, cannot be told MSG_NOSIGNAL) raises SIGPIPE in the
 // server's worker: the worker blocks it, so the process lives on and
@@ -422,6 +460,9 @@ TEST(ServerDirectory, AClientThatHangsUpMidSendfileDoesNotKillTheServer) {
     addr.sin_port = htons(static_cast<uint16_t>(port));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    sockaddr_in local{};
+    socklen_t local_len = sizeof local;
+    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len), 0);
     const std::string req = SignedRequest(port, "GET", "/bkt/big", "", "", kAk, kSk);
     ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
     char buf[1 << 16];
@@ -431,9 +472,19 @@ TEST(ServerDirectory, AClientThatHangsUpMidSendfileDoesNotKillTheServer) {
       ASSERT_GT(n, 0);
       got += n;
     }
+    // Accepted by now (a socket waiting in the accept queue has no inode yet).
+    const uint64_t server_end = SocketInode(port, ntohs(local.sin_port));
+    ASSERT_NE(server_end, 0u) << "the server's end of connection " << i << " is not listed";
     // Unread bytes in the receive queue make close() send a reset.
     ::close(fd);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // The worker closes its end only once its send has failed on the reset,
+    // i.e. after any SIGPIPE it raised: from then on the process must live.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (ProcessHoldsSocket(server_end) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    ASSERT_FALSE(ProcessHoldsSocket(server_end))
+        << "the server never closed connection " << i << " after the client hung up";
   }
   RawResponse r = RawExchange(port, SignedRequest(port, "GET", "/bkt/small", "", "", kAk, kSk));
   EXPECT_EQ(r.status, 200);

@@ -129,29 +129,56 @@ bool Eventually(Pred pred, std::chrono::seconds limit = std::chrono::seconds(60)
   return pred();
 }
 
-TEST(LeaseLifetime, ExtendedLeaseKeepsItsKeysThenLapses) {
+// One try of an extended lease that keeps its keys, then lapses. The lease
+// is extended every few ms for longer than its length: the sleep paces the
+// extensions while the clock passes the first expiry, it orders nothing. A
+// lease can only lapse once the clock has passed its expiry, so what this
+// thread sees before that time is conclusive; if it was descheduled past the
+// expiry (only a stall longer than the lease does that), the try proves
+// nothing and returns false, to be repeated with a longer lease.
+bool ExtendedLeaseTry(std::chrono::milliseconds length) {
   auto store = MemoryStore();
-  // The lease is 2 s; the test extends it every few ms for longer than that.
-  // It only fails if this thread stalls for 2 s between two extensions.
-  constexpr auto kLease = std::chrono::milliseconds(2000);
-  LeaseLifetime lease(kLease);
+  LeaseLifetime lease(length);
+  auto alive_until = lease.expiry();  // no lapse before this time
   auto p = store->MakeProxy(std::string("leased"), {}, &lease);
-  ASSERT_TRUE(p.ok());
+  if (!p.ok()) {
+    EXPECT_GE(Clock::now(), alive_until) << "the put was refused before the lease lapsed";
+    EXPECT_EQ(p.status().code(), StatusCode::kFailedPrecondition);
+    return false;
+  }
   Key key = p->reference()->key;
   auto start = Clock::now();
-  while (Clock::now() - start < kLease + std::chrono::milliseconds(500)) {
-    ASSERT_TRUE(lease.Extend(kLease).ok());
+  while (Clock::now() - start < length + length / 4) {
+    Status extended = lease.Extend(length);
+    if (!extended.ok()) {
+      EXPECT_GE(Clock::now(), alive_until) << "the lease lapsed before its expiry";
+      EXPECT_EQ(extended.code(), StatusCode::kFailedPrecondition);
+      return false;
+    }
+    alive_until = lease.expiry();
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  EXPECT_TRUE(*store->Exists(key)) << "an extended lease must not evict";
-  EXPECT_FALSE(lease.done());
-  EXPECT_GT(lease.expiry(), start + kLease) << "extensions moved the expiry";
+  const bool kept = *store->Exists(key);
+  const bool done = lease.done();
+  if (Clock::now() >= alive_until) return false;
+  EXPECT_TRUE(kept) << "an extended lease must not evict";
+  EXPECT_FALSE(done);
+  EXPECT_GT(lease.expiry(), start + length) << "extensions moved the expiry";
   // Now let it lapse.
   EXPECT_TRUE(Eventually([&] { return !*store->Exists(key); }));
   EXPECT_TRUE(Eventually([&] { return lease.done(); }));
-  EXPECT_EQ(lease.Extend(kLease).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(lease.Extend(length).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(store->MakeProxy(std::string("x"), {}, &lease).status().code(),
             StatusCode::kFailedPrecondition);
+  return true;
+}
+
+TEST(LeaseLifetime, ExtendedLeaseKeepsItsKeysThenLapses) {
+  for (auto length = std::chrono::milliseconds(500); length <= std::chrono::seconds(32);
+       length *= 2) {
+    if (ExtendedLeaseTry(length) || HasFailure()) return;
+  }
+  FAIL() << "this thread stalled for longer than every lease tried (up to 32 s)";
 }
 
 TEST(LeaseLifetime, ShortLeaseLapsesAndCloseEndsAtOnce) {

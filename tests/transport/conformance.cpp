@@ -47,6 +47,11 @@ class CallbackLedger {
     std::unique_lock<std::mutex> lock(mu_);
     return cv_.wait_for(lock, deadline, [&] { return total_ >= fired_.size(); });
   }
+  // Until at least `n` callbacks reported OK.
+  bool WaitOk(size_t n, std::chrono::seconds deadline) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, deadline, [&] { return ok_ >= n; });
+  }
   size_t ok() {
     std::lock_guard<std::mutex> lock(mu_);
     return ok_;
@@ -402,7 +407,10 @@ TEST_P(TransportConformance, StopWithSendsInFlight) {
   CallbackLedger ledger(kSends);
   for (int i = 0; i < kSends; ++i)
     world[1]->SendAsync(0, PatternMessage(256 << 10, i), ledger.Arm(i));
-  std::this_thread::sleep_for(50ms);
+  // The first message fills the receiver's queue, which nobody reads: once
+  // it is handed over, the sends behind it are in flight, held back.
+  // (EXPECT, not ASSERT: the ledger must outlive the transports' Stop.)
+  EXPECT_TRUE(ledger.WaitOk(1, 30s)) << "no send was handed to the receiver";
   world[1]->Stop();
   ASSERT_TRUE(ledger.WaitAll(60s)) << "a send callback never fired after Stop";
   EXPECT_FALSE(ledger.double_fire());
@@ -419,7 +427,9 @@ TEST_P(TransportConformance, ReceiverStopsUnderSender) {
   CallbackLedger ledger(kSends);
   for (int i = 0; i < kSends; ++i)
     world[1]->SendAsync(0, PatternMessage(64 << 10, i), ledger.Arm(i));
-  std::this_thread::sleep_for(50ms);
+  // Once the first message fills the unread queue, the sender is held back
+  // by the receiver that now stops.
+  EXPECT_TRUE(ledger.WaitOk(1, 30s)) << "no send was handed to the receiver";
   world[0]->Stop();
   auto r = world[0]->Receive(10ms);  // queued messages may still be read, then Cancelled
   while (r.ok()) r = world[0]->Receive(10ms);

@@ -1,5 +1,11 @@
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <string>
 #include <thread>
 
 #include "xsilo/transport/transport.h"
@@ -24,15 +30,41 @@ TEST(Inbox, FifoAndTimeout) {
   EXPECT_EQ(inbox.Pop(10ms).status().code(), StatusCode::kTimeout);
 }
 
+// Whether thread `tid` of this process sleeps in the kernel (state S of
+// /proc/self/task/<tid>/stat). A runnable thread shows R however long it
+// waits for a CPU, so a thread inside Push shows S only once it is waiting
+// for room in the queue.
+bool Sleeping(pid_t tid) {
+  std::ifstream stat("/proc/self/task/" + std::to_string(tid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const size_t name_end = line.rfind(')');
+  return name_end != std::string::npos && name_end + 2 < line.size() && line[name_end + 2] == 'S';
+}
+
+// Waits (polling, up to 30 s) until thread `tid`, which is calling Push,
+// sleeps in it; false if it returned (`returned`) or never slept.
+bool BlockedInPush(pid_t tid, const std::atomic<bool>& returned) {
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!returned.load() && std::chrono::steady_clock::now() < deadline) {
+    if (Sleeping(tid)) return !returned.load();
+    std::this_thread::sleep_for(1ms);
+  }
+  return false;
+}
+
 TEST(Inbox, FullQueuePushesBackUntilPopped) {
   Inbox inbox(1);
   ASSERT_TRUE(inbox.Push(Numbered(1)).ok());
   std::atomic<bool> pushed{false};
+  std::promise<pid_t> pusher_tid;
   std::thread t([&] {
+    pusher_tid.set_value(gettid());
     EXPECT_TRUE(inbox.Push(Numbered(2)).ok());
     pushed = true;
   });
-  std::this_thread::sleep_for(30ms);
+  EXPECT_TRUE(BlockedInPush(pusher_tid.get_future().get(), pushed))
+      << "a push into a full queue did not block";
   EXPECT_FALSE(pushed.load());
   EXPECT_EQ(inbox.Pop(1s)->round, 1);
   t.join();
@@ -54,8 +86,15 @@ TEST(Inbox, AbandonedPushGivesUp) {
 TEST(Inbox, CloseWakesWaitersAndDrains) {
   Inbox inbox(1);
   ASSERT_TRUE(inbox.Push(Numbered(1)).ok());
-  std::thread pusher([&] { EXPECT_EQ(inbox.Push(Numbered(2)).code(), StatusCode::kCancelled); });
-  std::this_thread::sleep_for(10ms);
+  std::atomic<bool> returned{false};
+  std::promise<pid_t> pusher_tid;
+  std::thread pusher([&] {
+    pusher_tid.set_value(gettid());
+    EXPECT_EQ(inbox.Push(Numbered(2)).code(), StatusCode::kCancelled);
+    returned = true;
+  });
+  EXPECT_TRUE(BlockedInPush(pusher_tid.get_future().get(), returned))
+      << "a push into a full queue did not block";
   inbox.Close();
   pusher.join();
   EXPECT_EQ(inbox.Pop(1s)->round, 1);  // queued messages stay readable
