@@ -27,12 +27,30 @@ constexpr const char* kChildEnv = "XSILO_CONNECTOR_CHILD";
 
 Buffer Pattern(uint64_t bytes, uint64_t seed) { return PatternTensor(bytes, seed).data; }
 
+// The options of a config that hold secrets.
+bool IsSecretOption(const std::string& name) {
+  return name.find("secret") != std::string::npos || name.find("password") != std::string::npos ||
+         name.find("token") != std::string::npos;
+}
+
 // Runs this binary as a child that fetches `key` through a connector rebuilt
-// from `config` and compares the checksum; returns its exit status.
-int ResolveInChild(const ConnectorConfig& config, const Key& key, uint64_t checksum) {
+// from `config` and compares the checksum; returns its exit status. The
+// child has the credentials of `made_from` in its environment, as a
+// receiving site has its own: `config` carries no secret.
+int ResolveInChild(const ConnectorConfig& config, const ConnectorConfig& made_from, const Key& key,
+                   uint64_t checksum) {
   std::string spec = config.ToJson() + "\n" + key.ToJson() + "\n" + std::to_string(checksum);
   std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  for (char** e = environ; *e; ++e) {
+    const std::string_view var(*e);
+    if (!var.starts_with("AWS_ACCESS_KEY_ID=") && !var.starts_with("AWS_SECRET_ACCESS_KEY=")) {
+      env.emplace_back(*e);
+    }
+  }
+  if (made_from.type == "s3" && made_from.options.count("secret_key")) {
+    env.push_back("AWS_ACCESS_KEY_ID=" + made_from.options.at("access_key"));
+    env.push_back("AWS_SECRET_ACCESS_KEY=" + made_from.options.at("secret_key"));
+  }
   env.push_back(std::string(kChildEnv) + "=" + spec);
   std::vector<char*> envp;
   for (auto& s : env) envp.push_back(s.data());
@@ -73,7 +91,8 @@ bool RunConnectorChildIfRequested(int* exit_code) {
 void PrintTo(const ConnectorParam& p, std::ostream* os) { *os << p.name; }
 
 void ConnectorConformance::SetUp() {
-  auto c = MakeConnector(GetParam().config());
+  made_from_ = GetParam().config();
+  auto c = MakeConnector(made_from_);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   connector_ = std::move(c).value();
 }
@@ -224,6 +243,21 @@ TEST_P(ConnectorConformance, ConcurrentPutsAndGetsFrom8Threads) {
   EXPECT_EQ(failures.load(), 0) << report;
 }
 
+// A config travels in every reference to the store: no secret the connector
+// was made with may be in it (the receiving side has its own credentials).
+TEST_P(ConnectorConformance, ConfigCarriesNoSecret) {
+  const std::string json = connector_->config().ToJson();
+  for (const auto& [name, value] : made_from_.options) {
+    if (!IsSecretOption(name) || value.size() < 4 || name.ends_with("_file")) continue;
+    // s3rver's fixed secret equals its (public) access key id.
+    bool also_public = false;
+    for (const auto& [other, v] : made_from_.options)
+      also_public |= !IsSecretOption(other) && v == value;
+    if (also_public) continue;
+    EXPECT_EQ(json.find(value), std::string::npos) << "config() carries option " << name;
+  }
+}
+
 TEST_P(ConnectorConformance, ConfigRebuildsAnEquivalentConnector) {
   ConnectorConfig config = connector_->config();
   auto parsed = ConnectorConfig::FromJson(config.ToJson());
@@ -246,10 +280,11 @@ TEST_P(ConnectorCrossProcessConformance, ResolvesInAnotherProcess) {
   Buffer b = Pattern(3'000'000, 5);
   auto key = connector_->Put(b);
   ASSERT_TRUE(key.ok());
-  EXPECT_EQ(ResolveInChild(connector_->config(), *key, Checksum(b.span())), 0);
+  EXPECT_EQ(ResolveInChild(connector_->config(), made_from_, *key, Checksum(b.span())), 0);
   Key missing = *key;
   missing.id = RandomObjectId();
-  EXPECT_EQ(ResolveInChild(connector_->config(), missing, 0), 5) << "child should see no object";
+  EXPECT_EQ(ResolveInChild(connector_->config(), made_from_, missing, 0), 5)
+      << "child should see no object";
 }
 
 }  // namespace xsilo::testing

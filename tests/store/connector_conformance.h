@@ -36,6 +36,7 @@ class ConnectorConformance : public ::testing::TestWithParam<ConnectorParam> {
   void SetUp() override;
   void TearDown() override;
   std::unique_ptr<Connector> connector_;
+  ConnectorConfig made_from_;  // the config connector_ was made from (with its secrets)
 };
 
 // The cases only some configurations run, as suites of their own, so that

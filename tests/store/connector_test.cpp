@@ -333,6 +333,68 @@ TEST(S3Connector, AnObjectOfAnotherSizeThanItsKeyIsRefused) {
   EXPECT_EQ((*got)->view(), "abcdef");
 }
 
+// A config carries the access key and never the secret; where a connector
+// made from it finds the secret (s3_connector.cpp's header).
+TEST(S3Connector, ASecretIsFoundWhereTheReceivingSideKeepsIt) {
+  const ConnectorConfig full = testing::S3Config(testing::EmbeddedS3Endpoint(), "secrets",
+                                                 testing::kS3Ak, testing::kS3Sk, 8 << 20);
+  auto made = MakeConnector(full);
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  const ConnectorConfig shared = (*made)->config();
+  EXPECT_EQ(shared.options.count("secret_key"), 0u);
+  EXPECT_EQ(shared.ToJson().find(testing::kS3Sk), std::string::npos);
+  EXPECT_EQ(shared.options.at("access_key"), testing::kS3Ak);
+  // In this process: the secret of the connector made above.
+  auto again = MakeConnector(shared);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  auto key = (*again)->Put(Buffer::CopyFrom("kept"));
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+
+  // Elsewhere (an endpoint this process made no connector for): nothing to
+  // find is a clear error, not an unsigned request.
+  ConnectorConfig elsewhere = shared;
+  elsewhere.options["endpoint"] = "http://127.0.0.1:1";
+  elsewhere.options["create_bucket"] = "0";
+  auto refused = MakeConnector(elsewhere);
+  ASSERT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("no secret for access key"), std::string::npos)
+      << refused.status().ToString();
+
+  // From a file the receiving side holds (its path travels, not its text).
+  const auto dir = std::filesystem::temp_directory_path() / ("xsilo-secret-" + RandomObjectId());
+  std::filesystem::create_directories(dir);
+  const auto file = dir / "secret";
+  std::ofstream(file) << testing::kS3Sk << "\n";
+  std::filesystem::permissions(
+      file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  ConnectorConfig from_file = shared;
+  from_file.options["secret_key_file"] = file.string();
+  from_file.options["endpoint"] = testing::EmbeddedS3Endpoint() + "/";  // not the known one
+  auto by_file = MakeConnector(from_file);
+  ASSERT_TRUE(by_file.ok()) << by_file.status().ToString();
+  auto got = (*by_file)->Get(*key);
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_EQ((*got)->view(), "kept");
+  EXPECT_EQ((*by_file)->config().ToJson().find(testing::kS3Sk), std::string::npos);
+
+  std::filesystem::permissions(file, std::filesystem::perms::group_read,
+                               std::filesystem::perm_options::add);
+  auto shared_file = MakeConnector(from_file);
+  EXPECT_EQ(shared_file.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(shared_file.status().message().find("chmod 600"), std::string::npos)
+      << shared_file.status().ToString();
+  std::filesystem::permissions(file, std::filesystem::perms::group_read,
+                               std::filesystem::perm_options::remove);
+  std::ofstream(file, std::ios::trunc) << "\n";
+  auto empty = MakeConnector(from_file);
+  EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(empty.status().message().find("is empty"), std::string::npos);
+  ConnectorConfig both = full;
+  both.options["secret_key_file"] = file.string();
+  EXPECT_EQ(MakeConnector(both).status().code(), StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(FileConnector, LeavesNoTemporaryFiles) {
   std::string dir = testing::FreshDir();
   auto c = MakeConnector({"file", {{"dir", dir}}});

@@ -23,6 +23,7 @@
 #include "commands.h"
 #include "fl_job_metrics.h"
 #include "xsilo/core/buffer.h"
+#include "xsilo/core/secret.h"
 #include "xsilo/core/tiers.h"
 #include "xsilo/fl/config.h"
 #include "xsilo/fl/fedavg.h"
@@ -64,6 +65,7 @@ struct FlRunArgs {
   std::string store_region;
   std::string store_access_key;  // "" = AWS_ACCESS_KEY_ID, then ~/.aws/credentials
   std::string store_secret_key;
+  std::string store_secret_key_file;
   MetricsArgs metrics;
 };
 
@@ -246,6 +248,12 @@ Result<std::map<std::string, std::string>> ExternalStoreOptions(const FlRunArgs&
     }
   }
   std::string ak = a.store_access_key, sk = a.store_secret_key;
+  if (!a.store_secret_key_file.empty()) {
+    if (!sk.empty()) {
+      return InvalidArgument("--store-secret-key and --store-secret-key-file are exclusive");
+    }
+    XSILO_ASSIGN_OR_RETURN(sk, ReadSecretFile(a.store_secret_key_file));
+  }
   if (ak.empty() != sk.empty()) {
     return InvalidArgument("--store-access-key and --store-secret-key go together");
   }
@@ -597,7 +605,9 @@ void AddFlCommand(CLI::App& app) {
                 "access key for --store-url (default: AWS_ACCESS_KEY_ID, then ~/.aws/credentials)");
   r->add_option("--store-secret-key", run.store_secret_key,
                 "secret key for --store-url (default: AWS_SECRET_ACCESS_KEY, then "
-                "~/.aws/credentials)");
+                "~/.aws/credentials; visible to `ps`: prefer --store-secret-key-file)");
+  r->add_option("--store-secret-key-file", run.store_secret_key_file,
+                "read the secret key for --store-url from this file (mode 600)");
   static BufferCacheArg run_cache;
   AddBufferCacheOption(r, &run_cache);
   r->callback([] {

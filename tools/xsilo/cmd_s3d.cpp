@@ -11,6 +11,7 @@
 #include <set>
 
 #include "commands.h"
+#include "xsilo/core/secret.h"
 #include "xsilo/metrics/endpoint.h"
 #include "xsilo/s3/client.h"
 #include "xsilo/s3/credentials.h"
@@ -24,6 +25,7 @@ struct S3dArgs {
   bool memory = false;
   bool no_md5 = false;
   std::string port_file;
+  std::string secret_key_file;
   std::string self_signed_dir;
   std::string metrics_port;  // "" or "0": off; "auto": an ephemeral port
   std::string metrics_address = "127.0.0.1";
@@ -173,7 +175,11 @@ void AddS3dCommand(CLI::App& app) {
   cmd->add_option("--dir", o.directory, "keep objects in this directory");
   cmd->add_flag("--memory", args->memory, "keep objects in memory (default when --dir is absent)");
   cmd->add_option("--access-key", o.access_key, "the access key clients sign with");
-  cmd->add_option("--secret-key", o.secret_key, "the secret key clients sign with");
+  cmd->add_option("--secret-key", o.secret_key,
+                  "the secret key clients sign with (visible to `ps`: prefer --secret-key-file "
+                  "or AWS_SECRET_ACCESS_KEY)");
+  cmd->add_option("--secret-key-file", args->secret_key_file,
+                  "read the secret key from this file (mode 600)");
   cmd->add_option("--region", o.region, "region requests are signed for")->capture_default_str();
   cmd->add_option("--bucket", o.buckets, "create this bucket at start (repeatable)");
   cmd->add_option("--max-connections", o.max_connections, "connections served at once")
@@ -207,6 +213,18 @@ void AddS3dCommand(CLI::App& app) {
     }
     if (args->options.access_key.empty()) {
       if (const char* k = std::getenv("AWS_ACCESS_KEY_ID")) args->options.access_key = k;
+    }
+    if (!args->secret_key_file.empty()) {
+      if (!args->options.secret_key.empty()) {
+        std::cerr << "s3d: --secret-key and --secret-key-file are exclusive\n";
+        std::exit(2);
+      }
+      auto secret = ReadSecretFile(args->secret_key_file);
+      if (!secret.ok()) {
+        std::cerr << "s3d: " << secret.status().message() << "\n";
+        std::exit(2);
+      }
+      args->options.secret_key = *secret;
     }
     if (args->options.secret_key.empty()) {
       if (const char* s = std::getenv("AWS_SECRET_ACCESS_KEY")) args->options.secret_key = s;

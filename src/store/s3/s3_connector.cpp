@@ -7,8 +7,14 @@
 //   endpoint     default "" (AWS: https://s3.<region>.amazonaws.com)
 //   region       default us-east-1
 //   access_key, secret_key   default: the AWS_* environment / shared file chain.
-//                Explicit keys are part of config(), so keep them for
-//                ephemeral servers (the embedded one) and use the chain elsewhere.
+//   secret_key_file  a file holding the secret (read when the connector is
+//                made; its path, not its content, is part of config()).
+//                config() carries access_key but never the secret, so a
+//                serialized reference holds no secret. A connector made
+//                from a config with access_key and no secret finds it in
+//                secret_key_file, else among the connectors this process
+//                made for the same endpoint and key, else in the chain
+//                (when the chain's key id is access_key); else it fails.
 //   prefix       default "xsilo/" (object names are <prefix><id>)
 //   connections  default 8: parallel ranges per download
 //   part_bytes   default 67108864 (64 MiB): multipart part size
@@ -25,9 +31,12 @@
 //                the server's S3ServerOptions::md5_etags.
 #include <algorithm>
 #include <chrono>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "store/builtin.h"
+#include "xsilo/core/secret.h"
 #include "xsilo/s3/client.h"
 #include "xsilo/s3/server.h"
 
@@ -36,7 +45,7 @@ namespace xsilo {
 namespace {
 
 struct S3ConnectorOptions {
-  std::string bucket, endpoint, region = "us-east-1", access_key, secret_key;
+  std::string bucket, endpoint, region = "us-east-1", access_key, secret_key, secret_key_file;
   std::string prefix = "xsilo/", addressing = "auto";
   // The storage directory of an S3 server on this machine (its
   // S3ServerOptions::directory): Put writes objects there directly instead
@@ -69,10 +78,8 @@ class S3Connector final : public Connector,
                           {"create_bucket", o_.create_bucket ? "1" : "0"}};
     if (!o_.endpoint.empty()) m["endpoint"] = o_.endpoint;
     if (!o_.ca_file.empty()) m["ca_file"] = o_.ca_file;
-    if (!o_.access_key.empty()) {
-      m["access_key"] = o_.access_key;
-      m["secret_key"] = o_.secret_key;
-    }
+    if (!o_.access_key.empty()) m["access_key"] = o_.access_key;  // an id: the secret stays here
+    if (!o_.secret_key_file.empty()) m["secret_key_file"] = o_.secret_key_file;
     return {"s3", m};
   }
 
@@ -228,14 +235,43 @@ class S3Connector final : public Connector,
   const std::unique_ptr<S3Client> client_;
 };
 
+// The secrets of the connectors this process made, by endpoint and access
+// key: a config from this process's own config() (which has no secret)
+// makes a working connector again here.
+std::mutex secrets_mu;
+std::map<std::pair<std::string, std::string>, std::string>& KnownSecrets() {
+  static auto* known = new std::map<std::pair<std::string, std::string>, std::string>;
+  return *known;
+}
+
+// The secret of `o.access_key` when the options carry none (see the top).
+Result<std::string> ResolveSecret(const S3ConnectorOptions& o) {
+  if (!o.secret_key_file.empty()) {
+    auto secret = ReadSecretFile(o.secret_key_file);
+    if (!secret.ok()) return secret.status().WithContext("s3 connector secret_key_file");
+    return secret;
+  }
+  {
+    std::lock_guard<std::mutex> lock(secrets_mu);
+    auto it = KnownSecrets().find({o.endpoint, o.access_key});
+    if (it != KnownSecrets().end()) return it->second;
+  }
+  auto chain = DefaultCredentialsChain()->Get();
+  if (chain.ok() && chain->access_key_id == o.access_key) return chain->secret_access_key;
+  return InvalidArgument("s3 connector: no secret for access key " + o.access_key +
+                         " here: give secret_key or secret_key_file, or set "
+                         "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or ~/.aws/credentials) to "
+                         "that key (references carry no secret)");
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& options) {
-  XSILO_RETURN_IF_ERROR(
-      CheckConnectorOptions("s3", options,
-                            {"bucket", "endpoint", "region", "access_key", "secret_key", "prefix",
-                             "connections", "part_bytes", "concurrency", "addressing",
-                             "create_bucket", "local_dir", "local_etags", "ca_file"}));
+  XSILO_RETURN_IF_ERROR(CheckConnectorOptions(
+      "s3", options,
+      {"bucket", "endpoint", "region", "access_key", "secret_key", "prefix", "connections",
+       "part_bytes", "concurrency", "addressing", "create_bucket", "local_dir", "local_etags",
+       "ca_file", "secret_key_file"}));
   S3ConnectorOptions o;
   auto get = [&](const char* k, std::string* out) {
     if (auto it = options.find(k); it != options.end()) *out = it->second;
@@ -245,6 +281,7 @@ Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& optio
   get("region", &o.region);
   get("access_key", &o.access_key);
   get("secret_key", &o.secret_key);
+  get("secret_key_file", &o.secret_key_file);
   get("prefix", &o.prefix);
   get("addressing", &o.addressing);
   get("local_dir", &o.local_dir);
@@ -254,8 +291,14 @@ Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& optio
     return InvalidArgument("s3 connector: local_etags must be md5 or xxh3, not " + o.local_etags);
   }
   if (o.bucket.empty()) return InvalidArgument("s3 connector needs option 'bucket'");
-  if (o.access_key.empty() != o.secret_key.empty()) {
-    return InvalidArgument("s3 connector: give both access_key and secret_key, or neither");
+  if (!o.secret_key.empty() && !o.secret_key_file.empty()) {
+    return InvalidArgument("s3 connector: give secret_key or secret_key_file, not both");
+  }
+  if (o.access_key.empty() && (!o.secret_key.empty() || !o.secret_key_file.empty())) {
+    return InvalidArgument("s3 connector: a secret needs its access_key");
+  }
+  if (!o.access_key.empty() && o.secret_key.empty()) {
+    XSILO_ASSIGN_OR_RETURN(o.secret_key, ResolveSecret(o));
   }
   XSILO_ASSIGN_OR_RETURN(int64_t connections,
                          ConnectorIntOption("s3", options, "connections", 8, 1, 256));
@@ -291,6 +334,10 @@ Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& optio
     } else if (!head.ok()) {
       return head.WithContext("s3 bucket " + o.bucket);
     }
+  }
+  if (!o.access_key.empty()) {
+    std::lock_guard<std::mutex> lock(secrets_mu);
+    KnownSecrets()[{o.endpoint, o.access_key}] = o.secret_key;
   }
   return std::unique_ptr<Connector>(std::make_unique<S3Connector>(std::move(o), std::move(client)));
 }

@@ -213,10 +213,11 @@ def _start_server(request, backend, workdir, port):
         exe = request.config.getoption("--xsilo")
         if not exe or not os.access(exe, os.X_OK):
             pytest.fail("no xsilo executable (--xsilo or $XSILO_BIN): %r" % exe)
-        args = [exe, "s3d", "--port", str(port), "--access-key", XSILO_KEYS[0],
-                "--secret-key", XSILO_KEYS[1]]
+        # The secret in s3d's environment, not on its command line.
+        args = [exe, "s3d", "--port", str(port), "--access-key", XSILO_KEYS[0]]
         args += ["--dir", os.path.join(workdir, "objects")] if backend == "xsilo-dir" else ["--memory"]
-        keys, env = XSILO_KEYS, None
+        keys = XSILO_KEYS
+        env = dict(os.environ, AWS_SECRET_ACCESS_KEY=XSILO_KEYS[1])
     else:
         exe = request.config.getoption("--s3rver")
         if not exe or not os.access(exe, os.X_OK):
