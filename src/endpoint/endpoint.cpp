@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "s3/http_server.h"
+#include "s3/sigv4.h"
 #include "store/endpoint/socket_io.h"
 #include "xsilo/store/connector.h"
 
@@ -56,6 +57,11 @@ Result<std::string> LoadOrCreateUuid(const std::string& file) {
     return Internal("cannot write uuid file " + file);
   }
   return uuid;
+}
+
+// A host the local API may listen on without a token: this machine only.
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
 }
 
 void Reply(s3::HttpResponse* resp, int status, const std::string& text) {
@@ -125,6 +131,11 @@ Status Endpoint::Init() {
   if (o_.dir.empty()) std::filesystem::remove_all(tls_dir);  // loaded; nothing needs the files
 
   XSILO_ASSIGN_OR_RETURN(auto local, endpoint_net::ParseHostPort(o_.listen));
+  if (o_.token.empty() && !IsLoopback(local.host)) {
+    return InvalidArgument("the local API would listen on " + o_.listen +
+                           ", which is not loopback, without a token: anyone who reaches it "
+                           "acts as this site (give --token-file, or listen on 127.0.0.1)");
+  }
   s3::HttpServerOptions ho;
   ho.host = local.host;
   ho.port = local.port;
@@ -205,6 +216,13 @@ std::string Endpoint::StatusJson() const {
 
 void Endpoint::HandleLocal(const s3::HttpRequest& req, s3::BodyReader& body,
                            s3::HttpResponse* resp) {
+  if (!o_.token.empty()) {
+    const std::string* auth = req.Header("authorization");
+    if (auth == nullptr || !s3::SecureEquals(*auth, "Bearer " + o_.token)) {
+      resp->headers.emplace_back("WWW-Authenticate", "Bearer");
+      return Reply(resp, 401, "the local API needs its token (token_file)");
+    }
+  }
   resp->headers.emplace_back("X-Xsilo-Endpoint", uuid_);
   if (req.raw_path == "/uuid" && req.method == "GET") return Reply(resp, 200, uuid_);
   if (req.raw_path == "/status" && req.method == "GET") {

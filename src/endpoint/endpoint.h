@@ -51,7 +51,12 @@ namespace xsilo::endpoint {
 
 struct EndpointOptions {
   std::string listen = "127.0.0.1:0";  // local API
-  std::string peer_listen;             // "" : no peer listener (reachable only through the relay)
+  // The local API's token: when set, every call must carry
+  // "Authorization: Bearer <token>" (else 401). A listen address that is not
+  // loopback is refused without one: whoever reaches the local API acts
+  // with this site's identity on other sites.
+  std::string token;
+  std::string peer_listen;  // "" : no peer listener (reachable only through the relay)
   // Addresses peers should dial; default: the peer listener's own address.
   std::vector<std::string> advertise;
   std::string relay;       // host:port; "" : no relay (local objects only)

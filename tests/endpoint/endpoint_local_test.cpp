@@ -2,6 +2,9 @@
 // persistence, bad inputs.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "endpoint/endpoint_test_util.h"
 #include "store/endpoint/local_http.h"
 
@@ -95,6 +98,66 @@ TEST(Endpoint, StatusCountsLocalServes) {
   EXPECT_EQ(r->headers["x-xsilo-path"], "local");
   EXPECT_GE(e->served(endpoint::Path::kLocal), 3u);
   EXPECT_NE(e->StatusJson().find("\"objects\":1"), std::string::npos) << e->StatusJson();
+}
+
+// The local API acts with the site's identity: off loopback it needs a
+// token, and with a token every call must carry it (#58 gap 3).
+TEST(Endpoint, ALocalApiOffLoopbackNeedsAToken) {
+  endpoint::EndpointOptions o;
+  o.listen = "0.0.0.0:0";
+  auto e = endpoint::Endpoint::Start(o);
+  ASSERT_EQ(e.status().code(), StatusCode::kInvalidArgument) << e.status().ToString();
+  EXPECT_NE(e.status().message().find("not loopback"), std::string::npos);
+  o.token = "a-token-of-this-site";
+  auto with_token = endpoint::Endpoint::Start(o);
+  ASSERT_TRUE(with_token.ok()) << with_token.status().ToString();
+  (*with_token)->Stop();
+}
+
+TEST(Endpoint, WithATokenEveryLocalCallMustCarryIt) {
+  endpoint::EndpointOptions o;
+  o.token = "the-right-token-" + RandomObjectId();
+  auto e = StartEndpoint(o);
+  const std::string address = "127.0.0.1:" + std::to_string(e->port());
+  const auto dir = std::filesystem::temp_directory_path() / ("xsilo-token-" + RandomObjectId());
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& text) {
+    const auto path = dir / name;
+    std::ofstream(path) << text << "\n";
+    std::filesystem::permissions(
+        path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+    return path.string();
+  };
+
+  // Without the token and with a wrong one: 401 on every route.
+  auto bare = MakeConnector({"endpoint", {{"address", address}}});
+  ASSERT_TRUE(bare.ok());
+  auto refused = (*bare)->Put(Buffer::CopyFrom("x"));
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnauthenticated) << refused.status().ToString();
+  auto wrong = MakeConnector(
+      {"endpoint", {{"address", address}, {"token_file", write("wrong", o.token + "x")}}});
+  ASSERT_TRUE(wrong.ok());
+  EXPECT_EQ((*wrong)->Put(Buffer::CopyFrom("x")).status().code(), StatusCode::kUnauthenticated);
+  for (const char* target : {"/status", "/uuid", "/objects/abc"}) {
+    auto r = endpoint_net::HttpCall({"127.0.0.1", e->port()}, "GET", target, nullptr,
+                                    std::chrono::seconds(10));
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->status, 401) << target;
+    EXPECT_EQ(r->headers.count("x-xsilo-endpoint"), 0u) << "the uuid leaked on " << target;
+  }
+  EXPECT_EQ(e->table().objects(), 0u);
+
+  // With it: the connector works, and its config names the file only.
+  auto right =
+      MakeConnector({"endpoint", {{"address", address}, {"token_file", write("right", o.token)}}});
+  ASSERT_TRUE(right.ok()) << right.status().ToString();
+  auto key = (*right)->Put(Buffer::CopyFrom("kept"));
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  auto got = (*right)->Get(*key);
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_EQ((*got)->view(), "kept");
+  EXPECT_EQ((*right)->config().ToJson().find(o.token), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "endpoint/endpoint.h"
 #include "store/endpoint/local_http.h"
+#include "xsilo/core/secret.h"
 
 namespace xsilo::cli {
 
@@ -21,6 +22,7 @@ struct EndpointArgs {
   int64_t punch_timeout_ms = 5000;
   bool no_punch = false;
   std::string port_file;
+  std::string token_file;  // the local API's token (start and status)
   std::string status_address = "127.0.0.1:7070";
 };
 
@@ -32,8 +34,13 @@ void AddEndpointCommand(CLI::App& app) {
   cmd->require_subcommand(1);
   auto* start = cmd->add_subcommand("start", "Run an endpoint until SIGINT/SIGTERM");
   endpoint::EndpointOptions& o = args->options;
-  start->add_option("--listen", o.listen, "local API address (HTTP; keep it on loopback)")
+  start
+      ->add_option("--listen", o.listen,
+                   "local API address (HTTP; one that is not loopback needs --token-file)")
       ->capture_default_str();
+  start->add_option("--token-file", args->token_file,
+                    "a file (mode 600) whose token every local API call must carry; connectors "
+                    "read it through their token_file option");
   start->add_option("--peer-listen", o.peer_listen,
                     "peer API address (TLS); none: reachable only through the relay");
   start->add_option("--advertise", o.advertise,
@@ -61,6 +68,14 @@ void AddEndpointCommand(CLI::App& app) {
                   "never try a hole-punched UDP path (the relay's pipe when no side can dial)");
   start->add_option("--port-file", args->port_file, "write the local API's port to this file");
   start->callback([args] {
+    if (!args->token_file.empty()) {
+      auto token = ReadSecretFile(args->token_file);
+      if (!token.ok()) {
+        std::cerr << "endpoint: " << token.status().message() << "\n";
+        std::exit(2);
+      }
+      args->options.token = *token;
+    }
     args->options.connect_timeout = std::chrono::milliseconds(args->connect_timeout_ms);
     args->options.io_timeout = std::chrono::milliseconds(args->io_timeout_ms);
     args->options.punch_timeout = std::chrono::milliseconds(args->punch_timeout_ms);
@@ -90,11 +105,21 @@ void AddEndpointCommand(CLI::App& app) {
 
   auto* status = cmd->add_subcommand("status", "Print a running endpoint's status (JSON)");
   status->add_option("--address", args->status_address, "its local API")->capture_default_str();
+  status->add_option("--token-file", args->token_file, "the local API's token, if it has one");
   status->callback([args] {
+    std::string token;
+    if (!args->token_file.empty()) {
+      auto read = ReadSecretFile(args->token_file);
+      if (!read.ok()) {
+        std::cerr << "endpoint status: " << read.status().message() << "\n";
+        std::exit(2);
+      }
+      token = *read;
+    }
     auto hp = endpoint_net::ParseHostPort(args->status_address);
-    auto r = hp.ok()
-                 ? endpoint_net::HttpCall(*hp, "GET", "/status", nullptr, std::chrono::seconds(10))
-                 : Result<endpoint_net::HttpReply>(hp.status());
+    auto r = hp.ok() ? endpoint_net::HttpCall(*hp, "GET", "/status", nullptr,
+                                              std::chrono::seconds(10), token)
+                     : Result<endpoint_net::HttpReply>(hp.status());
     if (!r.ok() || r->status != 200) {
       std::cerr << "endpoint status: "
                 << (r.ok() ? endpoint_net::StatusOfReply(*r, "status").ToString()

@@ -8,11 +8,15 @@
 //   put_to      default none: puts (and NewKey) make objects owned by this
 //               endpoint UUID, reached through the local endpoint, instead
 //               of by the local one (a site that keeps no objects itself)
+//   token_file  default none: a file (mode 600) holding the local API's token
+//               (`xsilo endpoint start --token-file`), sent with every call.
+//               config() carries the path, never the token.
 #include <chrono>
 #include <mutex>
 
 #include "store/builtin.h"
 #include "store/endpoint/local_http.h"
+#include "xsilo/core/secret.h"
 
 namespace xsilo {
 
@@ -33,16 +37,20 @@ bool ValidToken(const std::string& s) {
 
 class EndpointConnector final : public Connector {
  public:
-  EndpointConnector(std::string address, HostPort server, int timeout_ms, std::string put_to)
+  EndpointConnector(std::string address, HostPort server, int timeout_ms, std::string put_to,
+                    std::string token_file, std::string token)
       : address_(std::move(address)),
         server_(std::move(server)),
         timeout_(timeout_ms),
-        put_to_(std::move(put_to)) {}
+        put_to_(std::move(put_to)),
+        token_file_(std::move(token_file)),
+        token_(std::move(token)) {}
 
   std::string_view type() const override { return "endpoint"; }
   ConnectorConfig config() const override {
     ConnectorOptions m = {{"address", address_}, {"timeout_ms", std::to_string(timeout_.count())}};
     if (!put_to_.empty()) m["put_to"] = put_to_;
+    if (!token_file_.empty()) m["token_file"] = token_file_;  // the path: the token stays here
     return {"endpoint", m};
   }
 
@@ -118,7 +126,7 @@ class EndpointConnector final : public Connector {
 
   Result<HttpReply> Call(const std::string& method, const std::string& target,
                          const GatherList* body) {
-    auto r = HttpCall(server_, method, target, body, timeout_);
+    auto r = HttpCall(server_, method, target, body, timeout_, token_);
     if (!r.ok()) return r.status().WithContext("endpoint at " + address_);
     return r;
   }
@@ -141,6 +149,7 @@ class EndpointConnector final : public Connector {
   const HostPort server_;
   const std::chrono::milliseconds timeout_;
   const std::string put_to_;
+  const std::string token_file_, token_;  // the local API's token, and where it was read
   std::mutex mu_;
   std::string uuid_;  // the local endpoint's, once asked
 };
@@ -148,8 +157,8 @@ class EndpointConnector final : public Connector {
 }  // namespace
 
 Result<std::unique_ptr<Connector>> MakeEndpointConnector(const ConnectorOptions& options) {
-  XSILO_RETURN_IF_ERROR(
-      CheckConnectorOptions("endpoint", options, {"address", "timeout_ms", "put_to"}));
+  XSILO_RETURN_IF_ERROR(CheckConnectorOptions("endpoint", options,
+                                              {"address", "timeout_ms", "put_to", "token_file"}));
   auto it = options.find("address");
   if (it == options.end()) return InvalidArgument("endpoint connector needs option 'address'");
   XSILO_ASSIGN_OR_RETURN(HostPort hp, endpoint_net::ParseHostPort(it->second));
@@ -160,8 +169,16 @@ Result<std::unique_ptr<Connector>> MakeEndpointConnector(const ConnectorOptions&
     put_to = p->second;
     if (!ValidToken(put_to)) return InvalidArgument("endpoint option put_to is not a valid uuid");
   }
-  return std::unique_ptr<Connector>(
-      new EndpointConnector(it->second, std::move(hp), static_cast<int>(timeout), put_to));
+  std::string token_file, token;
+  if (auto t = options.find("token_file"); t != options.end()) {
+    token_file = t->second;
+    auto read = ReadSecretFile(token_file);
+    if (!read.ok()) return read.status().WithContext("endpoint connector token_file");
+    token = *std::move(read);
+  }
+  return std::unique_ptr<Connector>(new EndpointConnector(it->second, std::move(hp),
+                                                          static_cast<int>(timeout), put_to,
+                                                          std::move(token_file), std::move(token)));
 }
 
 }  // namespace xsilo

@@ -48,7 +48,7 @@ Status ReadHead(int fd, std::string* head, std::string* rest, std::string have) 
 
 Result<HttpReply> HttpCall(const HostPort& server, const std::string& method,
                            const std::string& target, const GatherList* body,
-                           std::chrono::milliseconds timeout) {
+                           std::chrono::milliseconds timeout, const std::string& token) {
   XSILO_ASSIGN_OR_RETURN(int fd, ConnectTcp(server, timeout, timeout));
   struct Closer {
     int fd;
@@ -60,6 +60,7 @@ Result<HttpReply> HttpCall(const HostPort& server, const std::string& method,
   // its answer is read).
   std::string req = method + " " + target + " HTTP/1.1\r\nHost: " + server.ToString() +
                     "\r\nConnection: close\r\n";
+  if (!token.empty()) req += "Authorization: Bearer " + token + "\r\n";
   if (body) {
     req += "Content-Length: " + std::to_string(body->size) + "\r\n";
     if (body->size > 0) req += "Expect: 100-continue\r\n";
@@ -119,6 +120,8 @@ Status StatusOfReply(const HttpReply& reply, const std::string& what) {
   switch (reply.status) {
     case 400:
       return InvalidArgument(msg);
+    case 401:
+      return Unauthenticated(msg);
     case 403:
       return PermissionDenied(msg);
     case 404:

@@ -20,11 +20,13 @@ struct HttpReply {
   uint64_t content_length = 0;
 };
 
-// `body` may be null (no body). Unavailable when the endpoint cannot be
-// reached or the connection breaks before the whole reply arrived.
+// `body` may be null (no body). `token`, when not empty, is sent as
+// "Authorization: Bearer <token>" (the endpoint's local API token).
+// Unavailable when the endpoint cannot be reached or the connection breaks
+// before the whole reply arrived.
 Result<HttpReply> HttpCall(const HostPort& server, const std::string& method,
                            const std::string& target, const GatherList* body,
-                           std::chrono::milliseconds timeout);
+                           std::chrono::milliseconds timeout, const std::string& token = "");
 
 // Maps an error reply to a Status (its body is the message).
 Status StatusOfReply(const HttpReply& reply, const std::string& what);
