@@ -294,7 +294,8 @@ void Endpoint::HandleLocal(const s3::HttpRequest& req, s3::BodyReader& body,
     return;
   }
   if (m == "DELETE") {
-    table_.Erase(id);
+    Status erased = table_.Erase(id);  // the site's own call: always its right
+    if (!erased.ok()) return Reply(resp, HttpStatusOf(erased), erased.message());
     resp->status = 204;
     return;
   }

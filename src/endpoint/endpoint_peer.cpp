@@ -163,12 +163,19 @@ void Endpoint::ServePeerSession(std::unique_ptr<TlsStream> s) {
       std::lock_guard<std::mutex> lock(mu_);
       secret = secret_;
     }
-    Status vouched = VerifyTicket(req.ticket, secret, uuid_, s->peer_fingerprint(), UnixMillis());
+    std::string from;  // the peer's UUID, as the relay vouched for it
+    Status vouched =
+        VerifyTicket(req.ticket, secret, uuid_, s->peer_fingerprint(), UnixMillis(), &from);
     if (!vouched.ok()) {
       (void)s->WriteLine(ReplyLine(403, 0, vouched.message()));
       return;
     }
     if (req.method == "PUT") {
+      // Refused before the body is sent; Commit checks again.
+      if (Status may = table_.MayModify(req.id, from); !may.ok()) {
+        (void)s->WriteLine(ReplyLine(403, 0, may.message()));
+        return;
+      }
       Status reserved = table_.Reserve(req.bytes);
       if (!reserved.ok()) {
         (void)s->WriteLine(ReplyLine(507, 0, reserved.message()));
@@ -189,13 +196,16 @@ void Endpoint::ServePeerSession(std::unique_ptr<TlsStream> s) {
         table_.Abandon(req.bytes);
         return;
       }
-      Status c = table_.Commit(req.id, std::move(b).value());
-      (void)s->WriteLine(c.ok() ? ReplyLine(201, 0, "stored") : ReplyLine(500, 0, c.message()));
+      Status c = table_.Commit(req.id, std::move(b).value(), from);
+      (void)s->WriteLine(c.ok() ? ReplyLine(201, 0, "stored")
+                                : ReplyLine(c.code() == StatusCode::kPermissionDenied ? 403 : 500,
+                                            0, c.message()));
       return;
     }
     if (req.method == "DELETE") {
-      table_.Erase(req.id);
-      (void)s->WriteLine(ReplyLine(204, 0, "deleted"));
+      Status erased = table_.Erase(req.id, from);
+      (void)s->WriteLine(erased.ok() ? ReplyLine(204, 0, "deleted")
+                                     : ReplyLine(403, 0, erased.message()));
       return;
     }
     if (req.method != "GET" && req.method != "HEAD") {

@@ -64,10 +64,38 @@ void ObjectTable::Abandon(uint64_t size) {
   used_ -= size;
 }
 
-Status ObjectTable::Commit(const std::string& id, Buffer bytes) {
+Status ObjectTable::MayModifyLocked(const std::string& id, const std::string& writer) const {
+  if (writer == kSite) return Status::OK();
+  const bool stored = dir_.empty() ? memory_.count(id) > 0 : on_disk_.count(id) > 0;
+  if (!stored) return Status::OK();
+  auto w = peer_writer_.find(id);
+  if (w != peer_writer_.end() && w->second == writer) return Status::OK();
+  return PermissionDenied("object " + id + " was written by " +
+                          (w == peer_writer_.end() ? std::string("this site") : w->second) +
+                          ": only its writer may replace or delete it");
+}
+
+Status ObjectTable::MayModify(const std::string& id, const std::string& writer) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return MayModifyLocked(id, writer);
+}
+
+Status ObjectTable::Commit(const std::string& id, Buffer bytes, const std::string& writer) {
   const uint64_t size = bytes.size();
+  auto note_writer = [&] {
+    if (writer == kSite) {
+      peer_writer_.erase(id);
+    } else {
+      peer_writer_[id] = writer;
+    }
+  };
   if (dir_.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
+    if (Status may = MayModifyLocked(id, writer); !may.ok()) {
+      used_ -= size;
+      return may;
+    }
+    note_writer();
     auto it = memory_.find(id);
     if (it != memory_.end()) {
       used_ -= it->second.size();
@@ -112,6 +140,11 @@ Status ObjectTable::Commit(const std::string& id, Buffer bytes) {
   }
   ::close(fd);
   std::lock_guard<std::mutex> lock(mu_);
+  if (Status may = MayModifyLocked(id, writer); !may.ok()) {  // checked once the bytes are in
+    ::unlink(tmp.c_str());
+    used_ -= size;
+    return may;
+  }
   if (::rename(tmp.c_str(), PathOf(id).c_str()) != 0) {
     int e = errno;
     ::unlink(tmp.c_str());
@@ -131,6 +164,7 @@ Status ObjectTable::Commit(const std::string& id, Buffer bytes) {
   }
   on_disk_[id] = size;
   stored_ += size;
+  note_writer();
   return Status::OK();
 }
 
@@ -164,22 +198,25 @@ std::optional<uint64_t> ObjectTable::SizeOf(const std::string& id) const {
   return it->second;
 }
 
-void ObjectTable::Erase(const std::string& id) {
+Status ObjectTable::Erase(const std::string& id, const std::string& writer) {
   std::lock_guard<std::mutex> lock(mu_);
+  XSILO_RETURN_IF_ERROR(MayModifyLocked(id, writer));
+  peer_writer_.erase(id);
   if (dir_.empty()) {
     auto it = memory_.find(id);
-    if (it == memory_.end()) return;
+    if (it == memory_.end()) return Status::OK();
     used_ -= it->second.size();
     stored_ -= it->second.size();
     memory_.erase(it);
-    return;
+    return Status::OK();
   }
   auto it = on_disk_.find(id);
-  if (it == on_disk_.end()) return;
+  if (it == on_disk_.end()) return Status::OK();
   ::unlink(PathOf(id).c_str());
   used_ -= it->second;
   stored_ -= it->second;
   on_disk_.erase(it);
+  return Status::OK();
 }
 
 uint64_t ObjectTable::objects() const {

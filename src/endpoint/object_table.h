@@ -29,12 +29,23 @@ class ObjectTable {
   // the bound; the reservation is released by Commit or Abandon.
   Status Reserve(uint64_t size);
   void Abandon(uint64_t size);
-  // Stores `bytes` under id (replacing an older object) with `size` reserved.
-  Status Commit(const std::string& id, Buffer bytes);
+  // Who wrote an object: kSite for this site's own processes (the local
+  // API, and every object found in the directory at Open), else the UUID
+  // of the peer endpoint that put it. A peer may overwrite or erase only
+  // what it wrote; the site may overwrite or erase anything.
+  static constexpr const char* kSite = "";
+  // PermissionDenied, naming the writer, unless `writer` may replace or
+  // erase id (an id not stored may be written by anyone).
+  Status MayModify(const std::string& id, const std::string& writer) const;
+
+  // Stores `bytes` under id (replacing an older object) with `size`
+  // reserved, as written by `writer`; PermissionDenied (the reservation
+  // released) when MayModify refuses.
+  Status Commit(const std::string& id, Buffer bytes, const std::string& writer = kSite);
 
   Result<std::optional<Buffer>> Get(const std::string& id) const;
   std::optional<uint64_t> SizeOf(const std::string& id) const;
-  void Erase(const std::string& id);
+  Status Erase(const std::string& id, const std::string& writer = kSite);
 
   uint64_t objects() const;
   uint64_t bytes() const;
@@ -42,13 +53,17 @@ class ObjectTable {
 
  private:
   std::string PathOf(const std::string& id) const { return dir_ + "/objects/" + id; }
+  Status MayModifyLocked(const std::string& id, const std::string& writer) const;
 
   const std::string dir_;
   const uint64_t max_bytes_;
   mutable std::mutex mu_;
   std::map<std::string, Buffer> memory_;     // dir_ == ""
   std::map<std::string, uint64_t> on_disk_;  // dir_ != "": id -> size
-  uint64_t used_ = 0;                        // stored + reserved
+  // The objects peers wrote (absent: kSite). In memory only: after a
+  // restart the site holds every object, which fails closed for peers.
+  std::map<std::string, std::string> peer_writer_;
+  uint64_t used_ = 0;  // stored + reserved
   uint64_t stored_ = 0;
   uint64_t tmp_counter_ = 0;
 };

@@ -57,7 +57,8 @@ std::string MakeTicket(const std::string& secret, const std::string& from,
 }
 
 Status VerifyTicket(const std::string& ticket, const std::string& secret,
-                    const std::string& own_uuid, const std::string& client_fp, int64_t now_ms) {
+                    const std::string& own_uuid, const std::string& client_fp, int64_t now_ms,
+                    std::string* from) {
   if (ticket.empty() || ticket == "-") return PermissionDenied("no ticket from the relay");
   auto f = Split(ticket, '.');
   if (f.size() != 6 || f[0] != "v1") return PermissionDenied("malformed ticket");
@@ -78,6 +79,7 @@ Status VerifyTicket(const std::string& ticket, const std::string& secret,
   if (client_fp.empty() || f[2] != client_fp) {
     return PermissionDenied("ticket was issued to another certificate than the client's");
   }
+  if (from) *from = f[1];
   return Status::OK();
 }
 

@@ -18,9 +18,11 @@ std::string MakeTicket(const std::string& secret, const std::string& from,
                        const std::string& from_fp, const std::string& to, int64_t expiry_ms);
 
 // PermissionDenied saying why, unless the ticket is for `own_uuid`, unexpired
-// at now_ms, signed with `secret`, and names client_fp.
+// at now_ms, signed with `secret`, and names client_fp. On success *from
+// (when given) is the UUID the ticket was issued to.
 Status VerifyTicket(const std::string& ticket, const std::string& secret,
-                    const std::string& own_uuid, const std::string& client_fp, int64_t now_ms);
+                    const std::string& own_uuid, const std::string& client_fp, int64_t now_ms,
+                    std::string* from = nullptr);
 
 int64_t UnixMillis();
 // 32 random bytes as hex (RAND_bytes).

@@ -75,10 +75,11 @@ void ExpectBigObjectThroughA(const TwoSites& s, Path want) {
   EXPECT_EQ(s.a->served(want), 1u);
   EXPECT_EQ(s.a->table().objects(), 0u) << "A keeps no copy of B's object";
   EXPECT_EQ(PathThroughA(s, *key), endpoint::PathName(want));
-  // The other operations reach the owner the same way.
+  // The other operations reach the owner the same way. B wrote this
+  // object, so B refuses A's delete (a peer changes only what it wrote).
   EXPECT_TRUE(*via_a->Exists(*key));
-  ASSERT_TRUE(via_a->Evict(*key).ok());
-  EXPECT_FALSE(*via_b->Exists(*key));
+  EXPECT_EQ(via_a->Evict(*key).code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(*via_b->Exists(*key));
   auto later = via_a->NewKey();  // A's own key
   ASSERT_TRUE(later.ok());
   Key on_b = *later;
@@ -89,6 +90,8 @@ void ExpectBigObjectThroughA(const TwoSites& s, Path want) {
   auto back = via_b->Get(on_b);
   ASSERT_TRUE(back.ok() && back->has_value());
   EXPECT_EQ((*back)->view(), "set through A");
+  ASSERT_TRUE(via_a->Evict(on_b).ok()) << "A deletes what it wrote";
+  EXPECT_FALSE(*via_b->Exists(on_b));
   for (Path other : {Path::kDirect, Path::kReverse, Path::kPunched, Path::kRelayed}) {
     if (other != want) {
       EXPECT_EQ(s.a->served(other), 0u) << endpoint::PathName(other);

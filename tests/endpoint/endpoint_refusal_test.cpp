@@ -109,6 +109,53 @@ TEST(EndpointRefusal, ExpiredTicketIsRefused) {
   EXPECT_EQ(got.status().code(), StatusCode::kPermissionDenied) << got.status().ToString();
 }
 
+// A ticket admits a peer, not every write: a peer may replace or delete
+// only the objects it wrote itself (#58 gap 4).
+TEST(EndpointRefusal, APeerMayChangeOnlyTheObjectsItWrote) {
+  Sites s;
+  auto bytes = [](std::string_view text) {
+    GatherList g;
+    g.Append(Buffer::CopyFrom(text));
+    return g;
+  };
+  // A writes an object onto B (put_to); B's own object is s.key.
+  auto a_to_b = MakeConnector(
+      {"endpoint",
+       {{"address", "127.0.0.1:" + std::to_string(s.a->port())}, {"put_to", s.b->uuid()}}});
+  ASSERT_TRUE(a_to_b.ok()) << a_to_b.status().ToString();
+  auto written = (*a_to_b)->Put(Buffer::CopyFrom("a's bytes"));
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  ASSERT_EQ(written->attrs.at("endpoint"), s.b->uuid());
+
+  // C, vouched for by the relay, reads both but changes neither.
+  auto c = ConnectorFor(*s.c);
+  for (const Key& k : {s.key, *written}) {
+    auto got = c->Get(k);
+    ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+    Status replaced = c->Set(k, bytes("c was here"));
+    EXPECT_EQ(replaced.code(), StatusCode::kPermissionDenied) << replaced.ToString();
+    Status evicted = c->Evict(k);
+    EXPECT_EQ(evicted.code(), StatusCode::kPermissionDenied) << evicted.ToString();
+  }
+  // A cannot change B's own object either.
+  auto a = ConnectorFor(*s.a);
+  EXPECT_EQ(a->Evict(s.key).code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(s.b->table().objects(), 2u);
+  auto kept = ConnectorFor(*s.b)->Get(s.key);
+  ASSERT_TRUE(kept.ok() && kept->has_value());
+  EXPECT_EQ((*kept)->view(), "secret bytes");
+
+  // The writer replaces and deletes its own; B, the site, may delete anything.
+  ASSERT_TRUE((*a_to_b)->Set(*written, bytes("a again")).ok());
+  auto again = c->Get(*written);
+  ASSERT_TRUE(again.ok() && again->has_value());
+  EXPECT_EQ((*again)->view(), "a again");
+  EXPECT_TRUE((*a_to_b)->Evict(*written).ok());
+  EXPECT_EQ(s.b->table().objects(), 1u);
+  EXPECT_TRUE(ConnectorFor(*s.b)->Evict(s.key).ok());
+  EXPECT_EQ(s.b->table().objects(), 0u);
+}
+
 TEST(EndpointRefusal, TheRelayAnswersOnlyRegisteredEndpoints) {
   Sites s;
   // A certificate no endpoint registered with: the relay vouches for nothing.

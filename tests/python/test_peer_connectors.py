@@ -14,6 +14,7 @@ import urllib.request
 import numpy
 import pytest
 
+import xsilo
 import xsilo.proxystore as ps
 from ps_util import free_port
 
@@ -148,8 +149,12 @@ def test_endpoint_connector_across_sites_through_the_relay(tmp_path):
         # A served its caller's get through the relay.
         served = a.status()["served"]
         assert served["relayed"] >= 1 and served["direct"] == 0, served
-        reader.evict(key)  # evicted at the owner, through A
-        assert not store.connector.exists(key)
+        # A peer changes only what it wrote: the owner refuses A's evict.
+        with pytest.raises(xsilo.PermissionDeniedError):
+            reader.evict(key)
+        assert store.connector.exists(key)
+        store.connector.evict(key)  # the owner's site may
+        assert not reader.exists(key)
         reader.close()
         store.close()
     finally:
