@@ -166,6 +166,9 @@ void Endpoint::ServePeerSession(std::unique_ptr<TlsStream> s) {
     std::string from;  // the peer's UUID, as the relay vouched for it
     Status vouched =
         VerifyTicket(req.ticket, secret, uuid_, s->peer_fingerprint(), UnixMillis(), &from);
+    // The writer is the UUID with the certificate of this session: another
+    // certificate registering the same UUID later is another writer.
+    from += "@" + s->peer_fingerprint();
     if (!vouched.ok()) {
       (void)s->WriteLine(ReplyLine(403, 0, vouched.message()));
       return;

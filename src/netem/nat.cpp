@@ -100,8 +100,13 @@ std::string NatRules(NatType type, int index) {
   } else if (stateless_udp) {
     r += "    iifname " + lan + " update @sent_udp { ip daddr . udp dport . udp sport }\n";
   }
-  // Untracked UDP from outside is what the raw chain admitted.
-  if (stateless_udp) r += "    iifname " + wan + " meta l4proto udp ct state untracked accept\n";
+  if (stateless_udp) {
+    // Untracked UDP from outside is what the raw chain admitted.
+    r += "    iifname " + wan + " meta l4proto udp ct state untracked accept\n";
+    // The host's ICMP errors about untracked UDP match no connection and
+    // would leave with its private address: they stay inside.
+    r += "    iifname " + lan + " meta l4proto icmp ct state invalid drop\n";
+  }
   r += "    ct state established,related accept\n";
   if (full_cone) r += "    ct status dnat accept\n";
   r += "    iifname " + lan + " oifname " + wan + " accept\n  }\n";

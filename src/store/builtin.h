@@ -16,6 +16,11 @@ Result<std::unique_ptr<Connector>> MakeMemoryConnector(const ConnectorOptions& o
 Result<std::unique_ptr<Connector>> MakeFileConnector(const ConnectorOptions& options);
 Result<std::unique_ptr<Connector>> MakeRedisConnector(const ConnectorOptions& options);
 Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& options);
+// The secret an S3 connector made here from `options` (a config() without
+// its secret) would sign with, found as MakeS3Connector finds it. For tools
+// and tests of this process that talk to the same store with their own
+// client; never to be serialized.
+Result<std::string> S3ConnectorSecret(const ConnectorOptions& options);
 // A client of a local object endpoint (docs/endpoint.md).
 Result<std::unique_ptr<Connector>> MakeEndpointConnector(const ConnectorOptions& options);
 Result<std::unique_ptr<Connector>> MakeZmqConnector(const ConnectorOptions& options);

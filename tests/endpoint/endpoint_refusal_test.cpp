@@ -137,6 +137,9 @@ TEST(EndpointRefusal, APeerMayChangeOnlyTheObjectsItWrote) {
     Status evicted = c->Evict(k);
     EXPECT_EQ(evicted.code(), StatusCode::kPermissionDenied) << evicted.ToString();
   }
+  auto intact = ConnectorFor(*s.b)->Get(*written);
+  ASSERT_TRUE(intact.ok() && intact->has_value());
+  EXPECT_EQ((*intact)->view(), "a's bytes") << "a refused Set changed the object";
   // A cannot change B's own object either.
   auto a = ConnectorFor(*s.a);
   EXPECT_EQ(a->Evict(s.key).code(), StatusCode::kPermissionDenied);

@@ -26,6 +26,7 @@
 #include <future>
 #include <thread>
 
+#include "store/builtin.h"
 #include "transport/tcp_proxy.h"
 #include "transport/test_util.h"
 #include "xsilo/fl/fedavg.h"
@@ -127,10 +128,12 @@ TEST(FedAvgFaults, AClientKilledMidUploadIsLeftOutItsPartsAbortedAndItRejoins) {
   auto connector = HybridConnectorOf(**server_t);
   ASSERT_NE(connector, nullptr);
   auto cfg = connector->config().options;
+  auto secret = S3ConnectorSecret(cfg);  // config() carries no secret
+  ASSERT_TRUE(secret.ok()) << secret.status().ToString();
   S3ClientOptions co;
   co.endpoint = "http://127.0.0.1:" + std::to_string(s3_port);  // past the held proxy
   co.addressing = S3Addressing::kPath;
-  co.credentials = StaticCredentials({cfg["access_key"], cfg["secret_key"]});
+  co.credentials = StaticCredentials({cfg["access_key"], *secret});
   auto s3 = S3Client::Create(co);
   ASSERT_TRUE(s3.ok()) << s3.status().ToString();
   const std::string bucket = cfg["bucket"];

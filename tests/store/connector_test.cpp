@@ -350,6 +350,12 @@ TEST(S3Connector, ASecretIsFoundWhereTheReceivingSideKeepsIt) {
   auto key = (*again)->Put(Buffer::CopyFrom("kept"));
   ASSERT_TRUE(key.ok()) << key.status().ToString();
 
+  // Another prefix with the same key (a crafted reference) gets nothing
+  // from this process's connectors.
+  ConnectorConfig other_prefix = shared;
+  other_prefix.options["prefix"] = "someone-else/";
+  EXPECT_EQ(MakeConnector(other_prefix).status().code(), StatusCode::kInvalidArgument);
+
   // Elsewhere (an endpoint this process made no connector for): nothing to
   // find is a clear error, not an unsigned request.
   ConnectorConfig elsewhere = shared;

@@ -97,9 +97,9 @@ std::unique_ptr<Transport> MakeHybridTransport(const TransportOptions& options,
                                                std::shared_ptr<void> keepalive = nullptr);
 
 // The connector of a hybrid transport (its config() names the store and,
-// for s3, the credentials); nullptr for a party without storage access or
-// a transport that is not hybrid. For tools and tests that inspect the
-// store.
+// for s3, the access key but not the secret); nullptr for a party without
+// storage access or a transport that is not hybrid. For tools and tests
+// that inspect the store.
 std::shared_ptr<Connector> HybridConnectorOf(const Transport& transport);
 
 // Installs the "<transport>+<connector>" composite factory in the global

@@ -13,7 +13,7 @@
 //                serialized reference holds no secret. A connector made
 //                from a config with access_key and no secret finds it in
 //                secret_key_file, else among the connectors this process
-//                made for the same endpoint and key, else in the chain
+//                made for the same endpoint, bucket, prefix and key, else in the chain
 //                (when the chain's key id is access_key); else it fails.
 //   prefix       default "xsilo/" (object names are <prefix><id>)
 //   connections  default 8: parallel ranges per download
@@ -34,6 +34,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include "store/builtin.h"
 #include "xsilo/core/secret.h"
@@ -235,13 +236,18 @@ class S3Connector final : public Connector,
   const std::unique_ptr<S3Client> client_;
 };
 
-// The secrets of the connectors this process made, by endpoint and access
-// key: a config from this process's own config() (which has no secret)
-// makes a working connector again here.
+// The secrets of the connectors this process made, by endpoint, bucket,
+// prefix and access key: a config from this process's own config() (which
+// has no secret) makes a working connector again here, and a reference
+// naming another bucket or prefix with the same key gets no secret from it.
 std::mutex secrets_mu;
-std::map<std::pair<std::string, std::string>, std::string>& KnownSecrets() {
-  static auto* known = new std::map<std::pair<std::string, std::string>, std::string>;
+using SecretScope = std::tuple<std::string, std::string, std::string, std::string>;
+std::map<SecretScope, std::string>& KnownSecrets() {
+  static auto* known = new std::map<SecretScope, std::string>;
   return *known;
+}
+SecretScope ScopeOf(const S3ConnectorOptions& o) {
+  return {o.endpoint, o.bucket, o.prefix, o.access_key};
 }
 
 // The secret of `o.access_key` when the options carry none (see the top).
@@ -253,7 +259,7 @@ Result<std::string> ResolveSecret(const S3ConnectorOptions& o) {
   }
   {
     std::lock_guard<std::mutex> lock(secrets_mu);
-    auto it = KnownSecrets().find({o.endpoint, o.access_key});
+    auto it = KnownSecrets().find(ScopeOf(o));
     if (it != KnownSecrets().end()) return it->second;
   }
   auto chain = DefaultCredentialsChain()->Get();
@@ -265,6 +271,22 @@ Result<std::string> ResolveSecret(const S3ConnectorOptions& o) {
 }
 
 }  // namespace
+
+Result<std::string> S3ConnectorSecret(const ConnectorOptions& options) {
+  S3ConnectorOptions o;
+  auto get = [&](const char* k, std::string* out) {
+    if (auto it = options.find(k); it != options.end()) *out = it->second;
+  };
+  get("bucket", &o.bucket);
+  get("endpoint", &o.endpoint);
+  get("prefix", &o.prefix);
+  get("access_key", &o.access_key);
+  get("secret_key", &o.secret_key);
+  get("secret_key_file", &o.secret_key_file);
+  if (!o.secret_key.empty()) return o.secret_key;
+  if (o.access_key.empty()) return InvalidArgument("s3 connector: no access_key, so no secret");
+  return ResolveSecret(o);
+}
 
 Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& options) {
   XSILO_RETURN_IF_ERROR(CheckConnectorOptions(
@@ -337,7 +359,7 @@ Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& optio
   }
   if (!o.access_key.empty()) {
     std::lock_guard<std::mutex> lock(secrets_mu);
-    KnownSecrets()[{o.endpoint, o.access_key}] = o.secret_key;
+    KnownSecrets()[ScopeOf(o)] = o.secret_key;
   }
   return std::unique_ptr<Connector>(std::make_unique<S3Connector>(std::move(o), std::move(client)));
 }
