@@ -40,17 +40,10 @@ bool IsSecretOption(const std::string& name) {
 int ResolveInChild(const ConnectorConfig& config, const ConnectorConfig& made_from, const Key& key,
                    uint64_t checksum) {
   std::string spec = config.ToJson() + "\n" + key.ToJson() + "\n" + std::to_string(checksum);
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    const std::string_view var(*e);
-    if (!var.starts_with("AWS_ACCESS_KEY_ID=") && !var.starts_with("AWS_SECRET_ACCESS_KEY=")) {
-      env.emplace_back(*e);
-    }
-  }
-  if (made_from.type == "s3" && made_from.options.count("secret_key")) {
-    env.push_back("AWS_ACCESS_KEY_ID=" + made_from.options.at("access_key"));
-    env.push_back("AWS_SECRET_ACCESS_KEY=" + made_from.options.at("secret_key"));
-  }
+  const bool s3 = made_from.type == "s3" && made_from.options.count("secret_key");
+  std::vector<std::string> env = s3 ? EnvironWithS3Credentials(made_from.options.at("access_key"),
+                                                               made_from.options.at("secret_key"))
+                                    : EnvironWithS3Credentials("", "");
   env.push_back(std::string(kChildEnv) + "=" + spec);
   std::vector<char*> envp;
   for (auto& s : env) envp.push_back(s.data());
@@ -65,6 +58,22 @@ int ResolveInChild(const ConnectorConfig& config, const ConnectorConfig& made_fr
 }
 
 }  // namespace
+
+std::vector<std::string> EnvironWithS3Credentials(const std::string& access_key,
+                                                  const std::string& secret_key) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string_view var(*e);
+    if (!var.starts_with("AWS_ACCESS_KEY_ID=") && !var.starts_with("AWS_SECRET_ACCESS_KEY=")) {
+      env.emplace_back(*e);
+    }
+  }
+  if (!access_key.empty()) {
+    env.push_back("AWS_ACCESS_KEY_ID=" + access_key);
+    env.push_back("AWS_SECRET_ACCESS_KEY=" + secret_key);
+  }
+  return env;
+}
 
 bool RunConnectorChildIfRequested(int* exit_code) {
   const char* spec = std::getenv(kChildEnv);

@@ -50,6 +50,13 @@ inline std::vector<ConnectorParam> OnlyIf(const ConnectorParam& p, bool Connecto
   return {};
 }
 
+// This process's environment for a child, with AWS_ACCESS_KEY_ID and
+// AWS_SECRET_ACCESS_KEY replaced by the given pair (removed when
+// access_key is empty): the child's own credentials, as a receiving site
+// has them, since a connector config carries no secret.
+std::vector<std::string> EnvironWithS3Credentials(const std::string& access_key,
+                                                  const std::string& secret_key);
+
 bool RunConnectorChildIfRequested(int* exit_code);
 
 }  // namespace xsilo::testing

@@ -4,18 +4,15 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <mutex>
-#include <set>
 #include <thread>
 
 #include "store/redis_server.h"
 #include "store/store_test_util.h"
 #include "xsilo/s3/server.h"
-#include "xsilo/store/connector_wrapper.h"
 #include "xsilo/store/future.h"
 
 namespace xsilo {
@@ -23,44 +20,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Forwards to a connector and notes every Exists that found its key unset.
-// A waiter (Store::WaitForKey) asks Exists before each wait, so a miss
-// proves that the waiter has looked and is waiting: a Set after it is one
-// the waiter must be woken for.
-class MissCounter final : public ConnectorWrapper {
- public:
-  using ConnectorWrapper::ConnectorWrapper;
-  Result<bool> Exists(const Key& key) override {
-    Result<bool> r = ConnectorWrapper::Exists(key);
-    if (r.ok() && !*r) {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++misses_;
-      missed_by_.insert(std::this_thread::get_id());
-      cv_.notify_all();
-    }
-    return r;
-  }
-  int misses() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return misses_;
-  }
-  // Until more than `n` misses in all (30 s).
-  bool WaitForMoreMissesThan(int n) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, 30s, [&] { return misses_ > n; });
-  }
-  // Until `n` threads have each missed (30 s).
-  bool WaitForThreadsMissing(size_t n) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, 30s, [&] { return missed_by_.size() >= n; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int misses_ = 0;
-  std::set<std::thread::id> missed_by_;
-};
+using testing::MissCounter;
 
 std::shared_ptr<Store> FreshStore(const std::string& kind, MissCounter** misses = nullptr) {
   auto counting =

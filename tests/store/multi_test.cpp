@@ -1,16 +1,12 @@
 // The multi connector: conformance, policy routing, dormant members.
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <condition_variable>
 #include <filesystem>
-#include <mutex>
 #include <thread>
 
 #include "store/connector_conformance.h"
 #include "store/store_test_util.h"
 #include "transport/test_util.h"
-#include "xsilo/store/connector_wrapper.h"
 #include "xsilo/store/future.h"
 #include "xsilo/store/multi.h"
 
@@ -234,44 +230,18 @@ TEST(MultiConnector, ConfigRoundTripsAndIsValidated) {
   EXPECT_EQ(MakeConnector({"multi", {}}).status().code(), StatusCode::kInvalidArgument);
 }
 
-// Forwards to a connector and tells when an Exists has found its key unset.
-// A waiter (Store::WaitForKey) asks Exists before it waits, so after a miss
-// a Set is one the waiter must be notified of.
-class MissSignal final : public ConnectorWrapper {
- public:
-  using ConnectorWrapper::ConnectorWrapper;
-  Result<bool> Exists(const Key& key) override {
-    Result<bool> r = ConnectorWrapper::Exists(key);
-    if (r.ok() && !*r) {
-      std::lock_guard<std::mutex> lock(mu_);
-      missed_ = true;
-      cv_.notify_all();
-    }
-    return r;
-  }
-  bool WaitForMiss() {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, std::chrono::seconds(30), [&] { return missed_; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool missed_ = false;
-};
-
 TEST(MultiConnector, FutureOnARedisMemberIsNotified) {
   MultiMember fast{"fast", FreshConnectorConfig("redis"), {.priority = 1}};
   MultiMember disk{"disk", FreshConnectorConfig("file"), {}};
-  auto signal = std::make_unique<MissSignal>(Multi({fast, disk}));
-  MissSignal* misses = signal.get();
+  auto signal = std::make_unique<testing::MissCounter>(Multi({fast, disk}));
+  testing::MissCounter* misses = signal.get();
   auto store = *Store::Create("multi-future", std::move(signal));
   auto f = Future<std::string>::Create(store);
   ASSERT_TRUE(f.ok());
   EXPECT_EQ(f->key().attrs.at("multi.route"), "fast");
   std::thread setter([&] {
     // Sets only once the Get below has found the value unset and waits.
-    EXPECT_TRUE(misses->WaitForMiss()) << "the Get never looked";
+    EXPECT_TRUE(misses->WaitForMoreMissesThan(0)) << "the Get never looked";
     EXPECT_TRUE(f->Set("routed").ok());
   });
   auto v = Future<std::string>(*f).Get(std::chrono::seconds(60));

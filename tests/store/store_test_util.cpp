@@ -1,5 +1,7 @@
 #include "store/store_test_util.h"
 
+#include "store/connector_conformance.h"
+
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -142,19 +144,10 @@ bool RunStoreChildIfRequested(int* exit_code) {
 
 int SpawnStoreChild(const std::string& mode, const std::string& arg,
                     const std::vector<std::string>& extra_env) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    const std::string_view var(*e);
-    if (!var.starts_with("AWS_ACCESS_KEY_ID=") && !var.starts_with("AWS_SECRET_ACCESS_KEY=")) {
-      env.emplace_back(*e);
-    }
-  }
+  // The child's own credentials for FreshConnectorConfig("s3")'s server.
+  std::vector<std::string> env = EnvironWithS3Credentials("store-test-ak", "store-test-sk");
   env.push_back(std::string(kModeEnv) + "=" + mode);
   env.push_back(std::string(kArgEnv) + "=" + arg);
-  // The child's own credentials for FreshConnectorConfig("s3")'s server: a
-  // reference carries the access key, never the secret.
-  env.push_back("AWS_ACCESS_KEY_ID=store-test-ak");
-  env.push_back("AWS_SECRET_ACCESS_KEY=store-test-sk");
   for (const auto& e : extra_env) env.push_back(e);
   std::vector<char*> envp;
   for (auto& s : env) envp.push_back(s.data());

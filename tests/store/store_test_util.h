@@ -3,14 +3,18 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "xsilo/store/connector.h"
+#include "xsilo/store/connector_wrapper.h"
 
 namespace xsilo::testing {
 
@@ -73,5 +77,44 @@ int SpawnStoreChild(const std::string& mode, const std::string& arg,
                     const std::vector<std::string>& extra_env = {});
 // Waits for a child; its exit code, or -1.
 int WaitChild(int pid);
+
+// Forwards to a connector and notes every Exists that found its key unset.
+// A waiter (Store::WaitForKey) asks Exists before each wait, so a miss
+// proves that the waiter has looked and is waiting: a Set after it is one
+// the waiter must be woken for.
+class MissCounter final : public ConnectorWrapper {
+ public:
+  using ConnectorWrapper::ConnectorWrapper;
+  Result<bool> Exists(const Key& key) override {
+    Result<bool> r = ConnectorWrapper::Exists(key);
+    if (r.ok() && !*r) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++misses_;
+      missed_by_.insert(std::this_thread::get_id());
+      cv_.notify_all();
+    }
+    return r;
+  }
+  int misses() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return misses_;
+  }
+  // Until more than `n` misses in all (30 s).
+  bool WaitForMoreMissesThan(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(30), [&] { return misses_ > n; });
+  }
+  // Until `n` threads have each missed (30 s).
+  bool WaitForThreadsMissing(size_t n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(30), [&] { return missed_by_.size() >= n; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int misses_ = 0;
+  std::set<std::thread::id> missed_by_;
+};
 
 }  // namespace xsilo::testing

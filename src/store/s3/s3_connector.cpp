@@ -250,6 +250,27 @@ SecretScope ScopeOf(const S3ConnectorOptions& o) {
   return {o.endpoint, o.bucket, o.prefix, o.access_key};
 }
 
+// The string options as given (defaults where absent); the numeric ones
+// are parsed by MakeS3Connector.
+S3ConnectorOptions StringOptions(const ConnectorOptions& options) {
+  S3ConnectorOptions o;
+  auto get = [&](const char* k, std::string* out) {
+    if (auto it = options.find(k); it != options.end()) *out = it->second;
+  };
+  get("bucket", &o.bucket);
+  get("endpoint", &o.endpoint);
+  get("region", &o.region);
+  get("access_key", &o.access_key);
+  get("secret_key", &o.secret_key);
+  get("secret_key_file", &o.secret_key_file);
+  get("prefix", &o.prefix);
+  get("addressing", &o.addressing);
+  get("local_dir", &o.local_dir);
+  get("local_etags", &o.local_etags);
+  get("ca_file", &o.ca_file);
+  return o;
+}
+
 // The secret of `o.access_key` when the options carry none (see the top).
 Result<std::string> ResolveSecret(const S3ConnectorOptions& o) {
   if (!o.secret_key_file.empty()) {
@@ -273,16 +294,7 @@ Result<std::string> ResolveSecret(const S3ConnectorOptions& o) {
 }  // namespace
 
 Result<std::string> S3ConnectorSecret(const ConnectorOptions& options) {
-  S3ConnectorOptions o;
-  auto get = [&](const char* k, std::string* out) {
-    if (auto it = options.find(k); it != options.end()) *out = it->second;
-  };
-  get("bucket", &o.bucket);
-  get("endpoint", &o.endpoint);
-  get("prefix", &o.prefix);
-  get("access_key", &o.access_key);
-  get("secret_key", &o.secret_key);
-  get("secret_key_file", &o.secret_key_file);
+  S3ConnectorOptions o = StringOptions(options);
   if (!o.secret_key.empty()) return o.secret_key;
   if (o.access_key.empty()) return InvalidArgument("s3 connector: no access_key, so no secret");
   return ResolveSecret(o);
@@ -294,21 +306,7 @@ Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& optio
       {"bucket", "endpoint", "region", "access_key", "secret_key", "prefix", "connections",
        "part_bytes", "concurrency", "addressing", "create_bucket", "local_dir", "local_etags",
        "ca_file", "secret_key_file"}));
-  S3ConnectorOptions o;
-  auto get = [&](const char* k, std::string* out) {
-    if (auto it = options.find(k); it != options.end()) *out = it->second;
-  };
-  get("bucket", &o.bucket);
-  get("endpoint", &o.endpoint);
-  get("region", &o.region);
-  get("access_key", &o.access_key);
-  get("secret_key", &o.secret_key);
-  get("secret_key_file", &o.secret_key_file);
-  get("prefix", &o.prefix);
-  get("addressing", &o.addressing);
-  get("local_dir", &o.local_dir);
-  get("local_etags", &o.local_etags);
-  get("ca_file", &o.ca_file);
+  S3ConnectorOptions o = StringOptions(options);
   if (o.local_etags != "md5" && o.local_etags != "xxh3") {
     return InvalidArgument("s3 connector: local_etags must be md5 or xxh3, not " + o.local_etags);
   }
