@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "store/child_env.h"
 #include "xsilo/store/connector.h"
 
 namespace xsilo::testing {
@@ -49,13 +50,6 @@ inline std::vector<ConnectorParam> OnlyIf(const ConnectorParam& p, bool Connecto
   if (p.*flag) return {p};
   return {};
 }
-
-// This process's environment for a child, with AWS_ACCESS_KEY_ID and
-// AWS_SECRET_ACCESS_KEY replaced by the given pair (removed when
-// access_key is empty): the child's own credentials, as a receiving site
-// has them, since a connector config carries no secret.
-std::vector<std::string> EnvironWithS3Credentials(const std::string& access_key,
-                                                  const std::string& secret_key);
 
 bool RunConnectorChildIfRequested(int* exit_code);
 

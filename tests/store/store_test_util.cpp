@@ -1,6 +1,6 @@
 #include "store/store_test_util.h"
 
-#include "store/connector_conformance.h"
+#include "store/child_env.h"
 
 #include <spawn.h>
 #include <sys/wait.h>
