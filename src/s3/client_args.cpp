@@ -65,7 +65,9 @@ void AddStoredHeaders(const std::vector<std::pair<std::string, std::string>>& he
 }
 
 Status ValidateStoredHeaders(const std::vector<std::pair<std::string, std::string>>& headers) {
-  for (const auto& [k, v] : headers) {
+  for (const auto& header : headers) {
+    const std::string& k = header.first;
+    const std::string& v = header.second;
     bool known = std::any_of(std::begin(kStoredHeaderNames), std::end(kStoredHeaderNames),
                              [&](std::string_view n) { return SameNameIgnoringCase(k, n); });
     if (!known) {
