@@ -124,6 +124,12 @@ Result<std::unique_ptr<Endpoint>> Endpoint::Start(EndpointOptions options) {
 }
 
 Status Endpoint::Init() {
+  for (const ReadGrant& g : o_.read_grants) {
+    if (g.reader != ObjectTable::kAnyPeer && !ValidName(g.reader)) {
+      return InvalidArgument("read grant for '" + g.reader +
+                             "': the reader must be an endpoint uuid or *");
+    }
+  }
   XSILO_RETURN_IF_ERROR(table_.Open());
   std::string uuid_file = o_.uuid_file;
   if (uuid_file.empty() && !o_.dir.empty()) uuid_file = o_.dir + "/uuid";
@@ -253,6 +259,29 @@ void Endpoint::HandleLocal(const s3::HttpRequest& req, s3::BodyReader& body,
     return Reply(resp, 405, "method not allowed");
   }
 
+  // readers=UUID,UUID|*: the peers that may read this object besides its
+  // writer (docs/endpoint.md "Trust"). For this endpoint's own objects only:
+  // a peer's object is readable by its writer and the grants of its owner.
+  std::vector<std::string> readers;
+  if (const std::string list = QueryValue(req.raw_query, "readers"); !list.empty()) {
+    if (m != "PUT" || owner != uuid_) {
+      resp->close = body.pending();
+      return Reply(resp, 400, "readers= applies to a PUT of this endpoint's own objects");
+    }
+    for (size_t pos = 0; pos <= list.size();) {
+      size_t comma = list.find(',', pos);
+      std::string r =
+          list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      if (r != ObjectTable::kAnyPeer && !ValidName(r)) {
+        resp->close = body.pending();
+        return Reply(resp, 400, "readers= names an invalid endpoint uuid '" + r + "'");
+      }
+      readers.push_back(std::move(r));
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+  }
+
   if (owner != uuid_) {
     Buffer upload;
     GatherList g;
@@ -296,7 +325,7 @@ void Endpoint::HandleLocal(const s3::HttpRequest& req, s3::BodyReader& body,
       resp->close = true;
       return Reply(resp, HttpStatusOf(b.status()), b.status().message());
     }
-    Status s = table_.Commit(id, std::move(b).value());
+    Status s = table_.Commit(id, std::move(b).value(), ObjectTable::kSite, std::move(readers));
     if (!s.ok()) return Reply(resp, HttpStatusOf(s), s.message());
     resp->status = 201;
     return;

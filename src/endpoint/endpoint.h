@@ -49,6 +49,14 @@ struct HttpResponse;
 
 namespace xsilo::endpoint {
 
+// Read access to this endpoint's objects for a peer endpoint: `reader` (a
+// UUID, or "*" for every peer the relay vouches for) may GET and HEAD every
+// object whose id starts with `prefix` ("" : every object).
+struct ReadGrant {
+  std::string reader;
+  std::string prefix;
+};
+
 struct EndpointOptions {
   std::string listen = "127.0.0.1:0";  // local API
   // The local API's token: when set, every call must carry
@@ -82,6 +90,11 @@ struct EndpointOptions {
   // dialled back or punched); past it a new one is refused (its socket
   // closed, or the relay's request to serve ignored).
   int max_sessions = 256;
+  // Which peers may read which objects besides those the objects name
+  // themselves (a local PUT's readers=, docs/endpoint.md "Trust"). A peer
+  // reads an object only when it wrote it, the object names it as a
+  // reader, or a grant here covers it.
+  std::vector<ReadGrant> read_grants;
   // Test hook: a peer GET calls it after each chunk it sent (may block).
   std::function<void(uint64_t sent)> on_peer_send;
 };
@@ -168,6 +181,10 @@ class Endpoint {
   // A peer-listener connection that starts with "DIALED <token>\n" instead
   // of a TLS record: handed to the AwaitDialBack waiting for the token.
   void HandDialBack(int fd);
+  // Whether peer `peer` (identity: UUID@fingerprint) may read object id:
+  // a read grant covers it, or the object table says so.
+  bool MayPeerRead(const std::string& id, const std::string& peer,
+                   const std::string& identity) const;
   bool RecentlyFailed(const std::string& owner, Path path);
   void NoteFailed(const std::string& owner, Path path, const Status& why);
   void NoteServeFailed(Path path, const Status& why);

@@ -163,12 +163,12 @@ void Endpoint::ServePeerSession(std::unique_ptr<TlsStream> s) {
       std::lock_guard<std::mutex> lock(mu_);
       secret = secret_;
     }
-    std::string from;  // the peer's UUID, as the relay vouched for it
+    std::string peer;  // the peer's UUID, as the relay vouched for it
     Status vouched =
-        VerifyTicket(req.ticket, secret, uuid_, s->peer_fingerprint(), UnixMillis(), &from);
+        VerifyTicket(req.ticket, secret, uuid_, s->peer_fingerprint(), UnixMillis(), &peer);
     // The writer is the UUID with the certificate of this session: another
     // certificate registering the same UUID later is another writer.
-    from += "@" + s->peer_fingerprint();
+    const std::string from = peer + "@" + s->peer_fingerprint();
     if (!vouched.ok()) {
       (void)s->WriteLine(ReplyLine(403, 0, vouched.message()));
       return;
@@ -215,6 +215,19 @@ void Endpoint::ServePeerSession(std::unique_ptr<TlsStream> s) {
       (void)s->WriteLine(ReplyLine(400, 0, "unknown method " + req.method));
       return;
     }
+    // An absent object is 404 to every vouched peer (a get of a missing key
+    // is None, as for every connector): a peer may learn whether an id it
+    // names exists, never what a refused object holds or how large it is.
+    if (!table_.SizeOf(req.id).has_value()) {
+      (void)s->WriteLine(ReplyLine(404, 0, "no object " + req.id));
+      return;
+    }
+    if (!MayPeerRead(req.id, peer, from)) {
+      (void)s->WriteLine(ReplyLine(
+          403, 0,
+          "endpoint " + uuid_ + " has not granted " + peer + " read access to object " + req.id));
+      return;
+    }
     auto got = table_.Get(req.id);
     if (!got.ok()) {
       (void)s->WriteLine(ReplyLine(500, 0, got.status().message()));
@@ -234,6 +247,16 @@ void Endpoint::ServePeerSession(std::unique_ptr<TlsStream> s) {
   }();
   std::lock_guard<std::mutex> lock(mu_);
   session_fds_.erase(fd);
+}
+
+bool Endpoint::MayPeerRead(const std::string& id, const std::string& peer,
+                           const std::string& identity) const {
+  for (const ReadGrant& g : o_.read_grants) {
+    if ((g.reader == ObjectTable::kAnyPeer || g.reader == peer) && id.rfind(g.prefix, 0) == 0) {
+      return true;
+    }
+  }
+  return table_.MayRead(id, peer, identity);
 }
 
 void Endpoint::HandDialBack(int fd) {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -80,13 +81,33 @@ Status ObjectTable::MayModify(const std::string& id, const std::string& writer) 
   return MayModifyLocked(id, writer);
 }
 
-Status ObjectTable::Commit(const std::string& id, Buffer bytes, const std::string& writer) {
+bool ObjectTable::MayRead(const std::string& id, const std::string& reader,
+                          const std::string& identity) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool stored = dir_.empty() ? memory_.count(id) > 0 : on_disk_.count(id) > 0;
+  if (!stored) return false;
+  if (auto w = peer_writer_.find(id); w != peer_writer_.end() && w->second == identity) {
+    return true;
+  }
+  auto r = readers_.find(id);
+  if (r == readers_.end()) return false;
+  return std::any_of(r->second.begin(), r->second.end(),
+                     [&](const std::string& name) { return name == kAnyPeer || name == reader; });
+}
+
+Status ObjectTable::Commit(const std::string& id, Buffer bytes, const std::string& writer,
+                           std::vector<std::string> readers) {
   const uint64_t size = bytes.size();
   auto note_writer = [&] {
     if (writer == kSite) {
       peer_writer_.erase(id);
     } else {
       peer_writer_[id] = writer;
+    }
+    if (readers.empty()) {
+      readers_.erase(id);
+    } else {
+      readers_[id] = std::move(readers);
     }
   };
   if (dir_.empty()) {
@@ -202,6 +223,7 @@ Status ObjectTable::Erase(const std::string& id, const std::string& writer) {
   std::lock_guard<std::mutex> lock(mu_);
   XSILO_RETURN_IF_ERROR(MayModifyLocked(id, writer));
   peer_writer_.erase(id);
+  readers_.erase(id);
   if (dir_.empty()) {
     auto it = memory_.find(id);
     if (it == memory_.end()) return Status::OK();

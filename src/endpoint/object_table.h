@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "xsilo/core/buffer.h"
 #include "xsilo/core/status.h"
@@ -39,9 +40,18 @@ class ObjectTable {
   Status MayModify(const std::string& id, const std::string& writer) const;
 
   // Stores `bytes` under id (replacing an older object) with `size`
-  // reserved, as written by `writer`; PermissionDenied (the reservation
-  // released) when MayModify refuses.
-  Status Commit(const std::string& id, Buffer bytes, const std::string& writer = kSite);
+  // reserved, as written by `writer`, readable by the peers `readers`
+  // names (UUIDs, or kAnyPeer); PermissionDenied (the reservation released)
+  // when MayModify refuses.
+  static constexpr const char* kAnyPeer = "*";
+  Status Commit(const std::string& id, Buffer bytes, const std::string& writer = kSite,
+                std::vector<std::string> readers = {});
+  // Whether the peer endpoint `reader` (its UUID; `identity` is the
+  // UUID@fingerprint its writes are recorded under) may read id: it wrote
+  // the object, or the object's readers name it or kAnyPeer (false for an
+  // id not stored). Readers live in memory like writers: after a restart no peer reads an
+  // object until the site writes it again (or grants a prefix).
+  bool MayRead(const std::string& id, const std::string& reader, const std::string& identity) const;
 
   Result<std::optional<Buffer>> Get(const std::string& id) const;
   std::optional<uint64_t> SizeOf(const std::string& id) const;
@@ -63,7 +73,8 @@ class ObjectTable {
   // The objects peers wrote (absent: kSite). In memory only: after a
   // restart the site holds every object, which fails closed for peers.
   std::map<std::string, std::string> peer_writer_;
-  uint64_t used_ = 0;  // stored + reserved
+  std::map<std::string, std::vector<std::string>> readers_;  // absent: none
+  uint64_t used_ = 0;                                        // stored + reserved
   uint64_t stored_ = 0;
   uint64_t tmp_counter_ = 0;
 };

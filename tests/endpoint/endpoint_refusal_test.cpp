@@ -127,11 +127,13 @@ TEST(EndpointRefusal, APeerMayChangeOnlyTheObjectsItWrote) {
   ASSERT_TRUE(written.ok()) << written.status().ToString();
   ASSERT_EQ(written->attrs.at("endpoint"), s.b->uuid());
 
-  // C, vouched for by the relay, reads both but changes neither.
+  // C, vouched for by the relay, may read B's object (its readers are "*")
+  // but not A's (readable by A and B's grants only), and changes neither.
   auto c = ConnectorFor(*s.c);
+  auto readable = c->Get(s.key);
+  ASSERT_TRUE(readable.ok() && readable->has_value()) << readable.status().ToString();
+  EXPECT_EQ(c->Get(*written).status().code(), StatusCode::kPermissionDenied);
   for (const Key& k : {s.key, *written}) {
-    auto got = c->Get(k);
-    ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
     Status replaced = c->Set(k, bytes("c was here"));
     EXPECT_EQ(replaced.code(), StatusCode::kPermissionDenied) << replaced.ToString();
     Status evicted = c->Evict(k);
@@ -150,13 +152,85 @@ TEST(EndpointRefusal, APeerMayChangeOnlyTheObjectsItWrote) {
 
   // The writer replaces and deletes its own; B, the site, may delete anything.
   ASSERT_TRUE((*a_to_b)->Set(*written, bytes("a again")).ok());
-  auto again = c->Get(*written);
+  auto again = (*a_to_b)->Get(*written);
   ASSERT_TRUE(again.ok() && again->has_value());
   EXPECT_EQ((*again)->view(), "a again");
   EXPECT_TRUE((*a_to_b)->Evict(*written).ok());
   EXPECT_EQ(s.b->table().objects(), 1u);
   EXPECT_TRUE(ConnectorFor(*s.b)->Evict(s.key).ok());
   EXPECT_EQ(s.b->table().objects(), 0u);
+}
+
+// A peer reads an object only when it wrote it, the object names it among
+// its readers (the local PUT's readers=, the connector's `readers`), or the
+// owner's --grant covers its id. An absent id is None to every peer, as a
+// missing key is for every connector.
+TEST(EndpointRefusal, APeerReadsOnlyWhatItWasGranted) {
+  std::string ca;
+  auto relay = StartRelay({}, &ca);
+  endpoint::EndpointOptions o;
+  o.relay = "127.0.0.1:" + std::to_string(relay->port());
+  o.relay_ca = ca;
+  o.peer_listen = "127.0.0.1:0";
+  auto a = StartEndpoint(o);
+  auto c = StartEndpoint(o);
+  o.read_grants = {{c->uuid(), "shared-"}};
+  auto b = StartEndpoint(o);  // the owner: C may read B's "shared-*"
+  auto b_with = [&](const std::string& readers) {
+    auto conn = MakeConnector(
+        {"endpoint",
+         {{"address", "127.0.0.1:" + std::to_string(b->port())}, {"readers", readers}}});
+    EXPECT_TRUE(conn.ok()) << conn.status().ToString();
+    return std::move(conn).value();
+  };
+  auto put = [](Connector& conn, const std::string& id, std::string_view text) {
+    Key k = *conn.NewKey();
+    k.id = id;
+    GatherList g;
+    g.Append(Buffer::CopyFrom(text));
+    EXPECT_TRUE(conn.Set(k, g).ok());
+    return k;
+  };
+  Key priv = put(*b_with(""), "private-1", "b's own");
+  Key for_a = put(*b_with(a->uuid()), "for-a", "to a");
+  Key any = put(*b_with("*"), "for-all", "to all");
+  Key shared = put(*b_with(""), "shared-1", "granted by prefix");
+  Key missing = shared;
+  missing.id = "shared-none";
+  Key absent = priv;
+  absent.id = "private-none";
+
+  auto ra = ConnectorFor(*a);
+  auto rc = ConnectorFor(*c);
+  auto read = [](Connector& conn, const Key& k) -> std::string {
+    auto got = conn.Get(k);
+    if (!got.ok()) return got.status().code() == StatusCode::kPermissionDenied ? "403" : "error";
+    return got->has_value() ? std::string((*got)->view()) : "404";
+  };
+  EXPECT_EQ(read(*ra, priv), "403");
+  EXPECT_EQ(read(*rc, priv), "403");
+  EXPECT_EQ(read(*ra, for_a), "to a");
+  EXPECT_EQ(read(*rc, for_a), "403");
+  EXPECT_EQ(read(*ra, any), "to all");
+  EXPECT_EQ(read(*rc, any), "to all");
+  EXPECT_EQ(read(*ra, shared), "403");
+  EXPECT_EQ(read(*rc, shared), "granted by prefix");
+  EXPECT_EQ(read(*rc, missing), "404");
+  EXPECT_EQ(read(*ra, absent), "404");
+  auto exists = ra->Exists(priv);
+  EXPECT_EQ(exists.status().code(), StatusCode::kPermissionDenied) << "HEAD is a read too";
+  // B's own processes read everything; a rewrite without readers revokes them.
+  EXPECT_EQ(read(*ConnectorFor(*b), priv), "b's own");
+  put(*b_with(""), "for-a", "revoked");
+  EXPECT_EQ(read(*ra, for_a), "403");
+  // Bad readers and grants are refused with a clear error.
+  auto bad = MakeConnector(
+      {"endpoint", {{"address", "127.0.0.1:" + std::to_string(b->port())}, {"readers", "a/b"}}});
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  endpoint::EndpointOptions g;
+  g.read_grants = {{"not a uuid", ""}};
+  auto refused = endpoint::Endpoint::Start(g);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << refused.status().ToString();
 }
 
 TEST(EndpointRefusal, TheRelayAnswersOnlyRegisteredEndpoints) {

@@ -22,7 +22,8 @@ struct EndpointArgs {
   int64_t punch_timeout_ms = 5000;
   bool no_punch = false;
   std::string port_file;
-  std::string token_file;  // the local API's token (start and status)
+  std::string token_file;           // the local API's token (start and status)
+  std::vector<std::string> grants;  // --grant READER:PREFIX
   std::string status_address = "127.0.0.1:7070";
 };
 
@@ -66,8 +67,20 @@ void AddEndpointCommand(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   start->add_flag("--no-punch", args->no_punch,
                   "never try a hole-punched UDP path (the relay's pipe when no side can dial)");
+  start->add_option("--grant", args->grants,
+                    "READER:PREFIX: peer READER (an endpoint uuid, or * for every peer the "
+                    "relay vouches for) may read this endpoint's objects whose ids start with "
+                    "PREFIX (empty: all); repeatable");
   start->add_option("--port-file", args->port_file, "write the local API's port to this file");
   start->callback([args] {
+    for (const std::string& g : args->grants) {
+      const size_t colon = g.find(':');
+      if (colon == std::string::npos || colon == 0) {
+        std::cerr << "endpoint: --grant " << g << ": expected READER:PREFIX\n";
+        std::exit(2);
+      }
+      args->options.read_grants.push_back({g.substr(0, colon), g.substr(colon + 1)});
+    }
     if (!args->token_file.empty()) {
       auto token = ReadSecretFile(args->token_file);
       if (!token.ok()) {

@@ -11,6 +11,12 @@
 //   token_file  default none: a file (mode 600) holding the local API's token
 //               (`xsilo endpoint start --token-file`), sent with every call.
 //               config() carries the path, never the token.
+//   readers     default "*": the peer endpoints that may read the objects this
+//               connector puts on its own endpoint: "*" (every peer the relay
+//               vouches for, so a reference resolves on any site), a comma
+//               list of endpoint UUIDs, or "" (this site only, plus the
+//               endpoint's --grant prefixes). Objects put_to another endpoint
+//               are readable by this site and by that endpoint's grants.
 #include <chrono>
 #include <mutex>
 
@@ -38,11 +44,12 @@ bool ValidToken(const std::string& s) {
 class EndpointConnector final : public Connector {
  public:
   EndpointConnector(std::string address, HostPort server, int timeout_ms, std::string put_to,
-                    std::string token_file, std::string token)
+                    std::string readers, std::string token_file, std::string token)
       : address_(std::move(address)),
         server_(std::move(server)),
         timeout_(timeout_ms),
         put_to_(std::move(put_to)),
+        readers_(std::move(readers)),
         token_file_(std::move(token_file)),
         token_(std::move(token)) {}
 
@@ -50,13 +57,16 @@ class EndpointConnector final : public Connector {
   ConnectorConfig config() const override {
     ConnectorOptions m = {{"address", address_}, {"timeout_ms", std::to_string(timeout_.count())}};
     if (!put_to_.empty()) m["put_to"] = put_to_;
+    m["readers"] = readers_;
     if (!token_file_.empty()) m["token_file"] = token_file_;  // the path: the token stays here
     return {"endpoint", m};
   }
 
   Result<Key> Put(const GatherList& bytes) override {
     Key key{"endpoint", RandomObjectId(), bytes.size, {}};
-    XSILO_ASSIGN_OR_RETURN(HttpReply r, Call("PUT", Target(key.id, put_to_), &bytes));
+    XSILO_ASSIGN_OR_RETURN(
+        HttpReply r,
+        Call("PUT", put_to_.empty() ? OwnTarget(key.id) : Target(key.id, put_to_), &bytes));
     if (r.status != 201 && r.status != 200) return StatusOfReply(r, "endpoint put " + key.id);
     if (!put_to_.empty()) {
       key.attrs["endpoint"] = put_to_;
@@ -76,7 +86,10 @@ class EndpointConnector final : public Connector {
 
   Status Set(const Key& key, const GatherList& bytes) override {
     XSILO_ASSIGN_OR_RETURN(std::string owner, OwnerOf(key));
-    XSILO_ASSIGN_OR_RETURN(HttpReply r, Call("PUT", Target(key.id, owner), &bytes));
+    XSILO_ASSIGN_OR_RETURN(std::string local, LocalUuid());
+    XSILO_ASSIGN_OR_RETURN(
+        HttpReply r,
+        Call("PUT", owner == local ? OwnTarget(key.id) : Target(key.id, owner), &bytes));
     if (r.status != 201 && r.status != 200) return StatusOfReply(r, "endpoint set " + key.id);
     return Status::OK();
   }
@@ -123,6 +136,10 @@ class EndpointConnector final : public Connector {
   static std::string Target(const std::string& id, const std::string& owner) {
     return "/objects/" + id + (owner.empty() ? "" : "?endpoint=" + owner);
   }
+  // A PUT of one of the local endpoint's own objects, naming its readers.
+  std::string OwnTarget(const std::string& id) const {
+    return "/objects/" + id + (readers_.empty() ? "" : "?readers=" + readers_);
+  }
 
   Result<HttpReply> Call(const std::string& method, const std::string& target,
                          const GatherList* body) {
@@ -149,6 +166,7 @@ class EndpointConnector final : public Connector {
   const HostPort server_;
   const std::chrono::milliseconds timeout_;
   const std::string put_to_;
+  const std::string readers_;
   const std::string token_file_, token_;  // the local API's token, and where it was read
   std::mutex mu_;
   std::string uuid_;  // the local endpoint's, once asked
@@ -157,8 +175,8 @@ class EndpointConnector final : public Connector {
 }  // namespace
 
 Result<std::unique_ptr<Connector>> MakeEndpointConnector(const ConnectorOptions& options) {
-  XSILO_RETURN_IF_ERROR(CheckConnectorOptions("endpoint", options,
-                                              {"address", "timeout_ms", "put_to", "token_file"}));
+  XSILO_RETURN_IF_ERROR(CheckConnectorOptions(
+      "endpoint", options, {"address", "timeout_ms", "put_to", "readers", "token_file"}));
   auto it = options.find("address");
   if (it == options.end()) return InvalidArgument("endpoint connector needs option 'address'");
   XSILO_ASSIGN_OR_RETURN(HostPort hp, endpoint_net::ParseHostPort(it->second));
@@ -169,6 +187,21 @@ Result<std::unique_ptr<Connector>> MakeEndpointConnector(const ConnectorOptions&
     put_to = p->second;
     if (!ValidToken(put_to)) return InvalidArgument("endpoint option put_to is not a valid uuid");
   }
+  std::string readers = "*";
+  if (auto r = options.find("readers"); r != options.end()) {
+    readers = r->second;
+    for (size_t pos = 0; !readers.empty() && pos <= readers.size();) {
+      size_t comma = readers.find(',', pos);
+      std::string one =
+          readers.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      if (one != "*" && !ValidToken(one)) {
+        return InvalidArgument("endpoint option readers: '" + one +
+                               "' is neither \"*\" nor an endpoint uuid");
+      }
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+  }
   std::string token_file, token;
   if (auto t = options.find("token_file"); t != options.end()) {
     token_file = t->second;
@@ -176,9 +209,9 @@ Result<std::unique_ptr<Connector>> MakeEndpointConnector(const ConnectorOptions&
     if (!read.ok()) return read.status().WithContext("endpoint connector token_file");
     token = *std::move(read);
   }
-  return std::unique_ptr<Connector>(new EndpointConnector(it->second, std::move(hp),
-                                                          static_cast<int>(timeout), put_to,
-                                                          std::move(token_file), std::move(token)));
+  return std::unique_ptr<Connector>(
+      new EndpointConnector(it->second, std::move(hp), static_cast<int>(timeout), put_to,
+                            std::move(readers), std::move(token_file), std::move(token)));
 }
 
 }  // namespace xsilo
