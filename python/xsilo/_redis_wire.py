@@ -132,13 +132,45 @@ def _empty(n):
     return numpy.empty(n, dtype=numpy.uint8)
 
 
+_known_passwords = {}  # "host:port" -> the password of a connector this process made
+_known_lock = threading.Lock()
+
+
+def password_for(options):
+    """The redis password of these options, resolved as the engine does
+    (src/store/redis/redis_connector.cpp): `password`, else `password_file`
+    (mode 600), else one this process already used for the same host and
+    port, else REDISCLI_AUTH; None when there is none. A config carries no
+    password, so the receiving side finds its own here."""
+    server = f"{options.get('host', '127.0.0.1')}:{int(options.get('port', 6379))}"
+    password = options.get("password") or None
+    path = options.get("password_file")
+    if not password and path:
+        st = os.stat(path)
+        if st.st_mode & 0o077:
+            raise ValueError(f"redis password_file {path} can be read by its group or others "
+                             "(chmod 600)")
+        with open(path) as f:
+            password = f.read().rstrip() or None
+        if password is None:
+            raise ValueError(f"redis password_file {path} is empty")
+    with _known_lock:
+        if not password:
+            password = _known_passwords.get(server)
+        if not password:
+            password = os.environ.get("REDISCLI_AUTH") or None
+        if password:
+            _known_passwords[server] = password
+    return password
+
+
 class RedisWire:
     """Puts, gets, exists and evicts in the engine's Redis layout."""
 
     def __init__(self, options):
         self.host = options.get("host", "127.0.0.1")
         self.port = int(options.get("port", 6379))
-        self.password = options.get("password") or None
+        self.password = password_for(options)
         self.prefix = options.get("prefix", "xsilo")
         self.part_bytes = int(options.get("part_bytes", 256 << 20))
         self.timeout = int(options.get("timeout_ms", 30000)) / 1000

@@ -20,6 +20,7 @@ import threading
 import uuid
 
 from . import _xsilo
+from ._redis_wire import password_for
 
 
 class Connector:
@@ -177,9 +178,11 @@ class RedisConnector(NativeConnector):
                  wire=True, **options):
         super().__init__(host=hostname, port=port, prefix=prefix, password=password, **options)
         self.wire = wire
+        password_for(self._options)  # remembered here: a config carries no password
 
     def config(self):
         c = dict(self._options)
+        c.pop("password", None)  # a reference carries no secret (password_file, REDISCLI_AUTH)
         if not self.wire:
             c["wire"] = "0"
         return c

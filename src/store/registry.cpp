@@ -44,7 +44,8 @@ std::vector<std::string> ConnectorTypes() {
 
 Status CheckConnectorOptions(const std::string& type, const ConnectorOptions& options,
                              std::initializer_list<const char*> known) {
-  for (const auto& [k, v] : options) {
+  for (const auto& option : options) {
+    const std::string& k = option.first;
     if (std::none_of(known.begin(), known.end(), [&](const char* n) { return k == n; })) {
       return InvalidArgument("unknown option '" + k + "' for connector '" + type + "'");
     }

@@ -18,7 +18,7 @@ def free_port():
 class RedisServer:
     """redis-server on a free loopback port; stop() ends it."""
 
-    def __init__(self):
+    def __init__(self, password=None):
         if shutil.which("redis-server") is None:
             raise RuntimeError("cannot start redis-server (install Debian's redis-server)")
         # A free port another test's server took first (tests run two at
@@ -28,18 +28,22 @@ class RedisServer:
             self.proc = subprocess.Popen(
                 ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                  "--appendonly", "no", "--proto-max-bulk-len", "536870912", "--loglevel",
-                 "warning"], stdout=subprocess.DEVNULL)
-            if self._wait_ours():
+                 "warning"] + (["--requirepass", password] if password else []),
+                stdout=subprocess.DEVNULL)
+            if self._wait_ours(password):
                 return
         raise RuntimeError("redis-server did not come up on a free port in 5 tries")
 
-    def _wait_ours(self):
+    def _wait_ours(self, password=None):
         """True once our redis-server answers on the port (INFO names its
         process id); False when it exited first."""
         deadline = time.monotonic() + 60
         while self.proc.poll() is None:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1) as c:
+                    if password:
+                        pw = password.encode()
+                        c.sendall(b"*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n" % (len(pw), pw))
                     c.sendall(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
                     reply = b""
                     while b"process_id:" not in reply or not reply.endswith(b"\r\n"):

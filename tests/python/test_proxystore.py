@@ -546,3 +546,38 @@ def test_redis_store_and_engine_share_one_layout(redis_port, part_bytes):
         assert engine_only._wire is None and numpy.array_equal(engine_only.get(k2)[1], a)
     finally:
         s.close()
+
+
+def test_a_redis_password_travels_in_no_reference(tmp_path):
+    """A Store over a redis that wants AUTH: neither the connector's config
+    nor a pickled proxy carries the password. Another process resolves the
+    proxy with the password in REDISCLI_AUTH (or password_file), as a
+    receiving site keeps its own; without it, the error says NOAUTH."""
+    password = "py-redis-password-7e2a"
+    server = RedisServer(password=password)
+    s = ps.Store(f"auth-{tmp_path.name}", ps.RedisConnector("127.0.0.1", server.port,
+                                                          password=password), register=True)
+    try:
+        assert password not in json.dumps(s.connector.config())
+        p = s.proxy(numpy.arange(1000.0))
+        blob = pickle.dumps(p)
+        assert password.encode() not in blob
+        code = ("import pickle, sys, numpy, xsilo.proxystore as ps\n"
+                "p = pickle.loads(sys.stdin.buffer.read())\n"
+                "print(float(numpy.sum(p)))\n")
+        env = {k: v for k, v in os.environ.items() if k != "REDISCLI_AUTH"}
+        ok = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True,
+                            env=dict(env, REDISCLI_AUTH=password), timeout=120)
+        assert ok.returncode == 0, ok.stderr.decode()
+        assert float(ok.stdout) == float(numpy.sum(numpy.arange(1000.0)))
+        refused = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True,
+                                 env=env, timeout=120)
+        assert refused.returncode != 0 and b"NOAUTH" in refused.stderr, refused.stderr.decode()
+        secret = tmp_path / "redis-password"
+        secret.write_text(password + "\n")
+        secret.chmod(0o600)
+        c = ps.RedisConnector("127.0.0.1", server.port, password_file=str(secret))
+        assert str(secret) in json.dumps(c.config()) and password not in json.dumps(c.config())
+    finally:
+        s.close()
+        server.stop()

@@ -22,4 +22,13 @@ std::vector<std::string> EnvironWithS3Credentials(const std::string& access_key,
   return env;
 }
 
+std::vector<std::string> EnvironWithRedisPassword(const std::string& password) {
+  std::vector<std::string> env;
+  for (const std::string& var : EnvironWithS3Credentials("", "")) {
+    if (!var.starts_with("REDISCLI_AUTH=")) env.push_back(var);
+  }
+  if (!password.empty()) env.push_back("REDISCLI_AUTH=" + password);
+  return env;
+}
+
 }  // namespace xsilo::testing

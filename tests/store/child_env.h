@@ -13,5 +13,8 @@ namespace xsilo::testing {
 // has them, since a connector config carries no secret.
 std::vector<std::string> EnvironWithS3Credentials(const std::string& access_key,
                                                   const std::string& secret_key);
+// The same with REDISCLI_AUTH (redis-cli's variable, which the redis
+// connector reads) set to `password`, or removed when it is empty.
+std::vector<std::string> EnvironWithRedisPassword(const std::string& password);
 
 }  // namespace xsilo::testing

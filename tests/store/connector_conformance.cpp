@@ -41,9 +41,12 @@ int ResolveInChild(const ConnectorConfig& config, const ConnectorConfig& made_fr
                    uint64_t checksum) {
   std::string spec = config.ToJson() + "\n" + key.ToJson() + "\n" + std::to_string(checksum);
   const bool s3 = made_from.type == "s3" && made_from.options.count("secret_key");
+  const bool redis = made_from.type == "redis" && made_from.options.count("password");
   std::vector<std::string> env = s3 ? EnvironWithS3Credentials(made_from.options.at("access_key"),
                                                                made_from.options.at("secret_key"))
-                                    : EnvironWithS3Credentials("", "");
+                                 : redis
+                                     ? EnvironWithRedisPassword(made_from.options.at("password"))
+                                     : EnvironWithS3Credentials("", "");
   env.push_back(std::string(kChildEnv) + "=" + spec);
   std::vector<char*> envp;
   for (auto& s : env) envp.push_back(s.data());

@@ -121,6 +121,20 @@ XSILO_CONNECTOR_CONFORMANCE(Redis, {.name = "redis", .config = [] {
                                            {"part_bytes", std::to_string(64 << 20)}}};
                                     }});
 
+// A server that wants AUTH: the password is an option, and config() (every
+// reference) must not carry it; the cross-process child has it in
+// REDISCLI_AUTH, as a receiving site keeps its own.
+XSILO_CONNECTOR_CONFORMANCE(RedisAuth, {.name = "redis_auth",
+                                        .config =
+                                            [] {
+                                              return ::xsilo::ConnectorConfig{
+                                                  "redis",
+                                                  {{"port", std::to_string(RedisAuthTestPort())},
+                                                   {"password", kRedisTestPassword},
+                                                   {"prefix", "a" + std::to_string(g_counter++)}}};
+                                            },
+                                        .huge_payloads = false});
+
 XSILO_CONNECTOR_CONFORMANCE(S3, {.name = "s3", .config = [] {
                                    return S3Config(EmbeddedS3Endpoint(), "conformance", kS3Ak,
                                                    kS3Sk, 8 << 20);
@@ -412,6 +426,52 @@ TEST(FileConnector, LeavesNoTemporaryFiles) {
     ++files;
   }
   EXPECT_EQ(files, 1);
+}
+
+// A redis password travels in no config: the receiving side reads it from
+// password_file, finds it among this process's connectors, or in
+// REDISCLI_AUTH (the cross-process conformance child); without any of them
+// the server's NOAUTH comes back saying where a password is found.
+TEST(RedisConnector, APasswordIsFoundWhereTheReceivingSideKeepsIt) {
+  const std::string port = std::to_string(testing::RedisAuthTestPort());
+  const std::string dir = testing::FreshDir();
+  std::filesystem::create_directories(dir);
+  const std::string file = dir + "/redis-password";
+  { std::ofstream(file) << testing::kRedisTestPassword << "\n"; }
+  std::filesystem::permissions(
+      file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  ::unsetenv("REDISCLI_AUTH");
+  // "localhost", which no other connector of this process names (they use
+  // 127.0.0.1): nothing is known for it yet.
+  auto bare = MakeConnector({"redis", {{"host", "localhost"}, {"port", port}}});
+  ASSERT_TRUE(bare.ok()) << bare.status().ToString();
+  auto refused = (*bare)->Put(Buffer::CopyFrom("x"));
+  ASSERT_EQ(refused.status().code(), StatusCode::kPermissionDenied) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("password_file"), std::string::npos)
+      << refused.status().ToString();
+
+  auto c =
+      MakeConnector({"redis", {{"host", "localhost"}, {"port", port}, {"password_file", file}}});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const std::string json = (*c)->config().ToJson();
+  EXPECT_EQ(json.find(testing::kRedisTestPassword), std::string::npos) << json;
+  EXPECT_NE(json.find(file), std::string::npos) << "the path is part of config(): " << json;
+  auto key = (*c)->Put(Buffer::CopyFrom("behind a password"));
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  // Rebuilt here without the file: this process's own password is found.
+  auto again = MakeConnector({"redis", {{"host", "localhost"}, {"port", port}}});
+  ASSERT_TRUE(again.ok());
+  auto got = (*again)->Get(*key);
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status().ToString();
+  EXPECT_EQ((*got)->view(), "behind a password");
+
+  auto both =
+      MakeConnector({"redis", {{"port", port}, {"password", "x"}, {"password_file", file}}});
+  EXPECT_EQ(both.status().code(), StatusCode::kInvalidArgument);
+  std::filesystem::permissions(file, std::filesystem::perms::group_read,
+                               std::filesystem::perm_options::add);
+  auto shared = MakeConnector({"redis", {{"port", port}, {"password_file", file}}});
+  EXPECT_EQ(shared.status().code(), StatusCode::kInvalidArgument) << "a group-readable file";
 }
 
 }  // namespace

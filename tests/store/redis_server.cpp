@@ -24,11 +24,15 @@ struct RedisServer {
   pid_t pid = -1;
   int port = 0;
 
-  RedisServer() {
+  explicit RedisServer(const std::string& password = "") {
     port = FreeTcpPort();
     std::vector<std::string> args = {
         "redis-server", "--port", std::to_string(port),   "--bind",    "127.0.0.1",  "--save", "",
         "--appendonly", "no",     "--proto-max-bulk-len", "536870912", "--loglevel", "warning"};
+    if (!password.empty()) {
+      args.push_back("--requirepass");
+      args.push_back(password);
+    }
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -58,6 +62,11 @@ struct RedisServer {
 
 int RedisTestPort() {
   static RedisServer server;
+  return server.port;
+}
+
+int RedisAuthTestPort() {
+  static RedisServer server(kRedisTestPassword);
   return server.port;
 }
 

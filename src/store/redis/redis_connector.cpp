@@ -6,7 +6,14 @@
 // nothing or the whole object. Options:
 //   host        default 127.0.0.1
 //   port        default 6379
-//   password    default none (AUTH when set)
+//   password    default none (AUTH when set). Never part of config(), so a
+//               serialized reference holds no password. A connector made
+//               without one finds it in password_file, else among the
+//               connectors this process made for the same host and port,
+//               else in REDISCLI_AUTH (redis-cli's variable); else it sends
+//               no AUTH, and a server that wants one answers NOAUTH.
+//   password_file  a file (mode 600) holding the password; its path, not
+//               its content, is part of config()
 //   prefix      default "xsilo"
 //   part_bytes  default 268435456 (256 MiB), at most 512 MiB
 //   timeout_ms  default 30000, per command
@@ -14,11 +21,14 @@
 #include <hiredis/hiredis.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <vector>
 
 #include "store/builtin.h"
+#include "xsilo/core/secret.h"
 
 namespace xsilo {
 
@@ -37,7 +47,7 @@ using Context = std::unique_ptr<redisContext, ContextDeleter>;
 struct RedisOptions {
   std::string host = "127.0.0.1";
   int port = 6379;
-  std::string password;
+  std::string password, password_file;
   std::string prefix = "xsilo";
   uint64_t part_bytes = 256ull << 20;
   int timeout_ms = 30000;
@@ -56,7 +66,7 @@ class RedisConnector final : public Connector {
                           {"part_bytes", std::to_string(o_.part_bytes)},
                           {"timeout_ms", std::to_string(o_.timeout_ms)},
                           {"pool", std::to_string(o_.pool)}};
-    if (!o_.password.empty()) m["password"] = o_.password;
+    if (!o_.password_file.empty()) m["password_file"] = o_.password_file;  // the path only
     return {"redis", m};
   }
 
@@ -206,9 +216,12 @@ class RedisConnector final : public Connector {
     if (!r) return Unavailable(std::string("redis: ") + (c->err ? c->errstr : "no reply"));
     if (r->type == REDIS_REPLY_ERROR) {
       std::string msg(r->str, r->len);
-      if (msg.rfind("NOAUTH", 0) == 0 || msg.rfind("WRONGPASS", 0) == 0) {
-        return PermissionDenied("redis: " + msg);
+      if (msg.rfind("NOAUTH", 0) == 0) {
+        return PermissionDenied("redis: " + msg +
+                                " (give password_file or set REDISCLI_AUTH: references carry "
+                                "no password)");
       }
+      if (msg.rfind("WRONGPASS", 0) == 0) return PermissionDenied("redis: " + msg);
       if (msg.rfind("OOM", 0) == 0) return ResourceExhausted("redis: " + msg);
       return Internal("redis: " + msg);
     }
@@ -273,15 +286,27 @@ class RedisConnector final : public Connector {
   std::vector<Context> idle_;
 };
 
+// The passwords of the connectors this process made, by "host:port": a
+// connector rebuilt here from a config (which carries none) finds its own.
+std::mutex passwords_mu;
+std::map<std::string, std::string>& KnownPasswords() {
+  static auto* known = new std::map<std::string, std::string>;
+  return *known;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Connector>> MakeRedisConnector(const ConnectorOptions& options) {
   XSILO_RETURN_IF_ERROR(CheckConnectorOptions(
       "redis", options,
-      {"host", "port", "password", "prefix", "part_bytes", "timeout_ms", "pool"}));
+      {"host", "port", "password", "password_file", "prefix", "part_bytes", "timeout_ms", "pool"}));
   RedisOptions o;
   if (auto it = options.find("host"); it != options.end()) o.host = it->second;
   if (auto it = options.find("password"); it != options.end()) o.password = it->second;
+  if (auto it = options.find("password_file"); it != options.end()) o.password_file = it->second;
+  if (!o.password.empty() && !o.password_file.empty()) {
+    return InvalidArgument("redis connector: give password or password_file, not both");
+  }
   if (auto it = options.find("prefix"); it != options.end()) o.prefix = it->second;
   XSILO_ASSIGN_OR_RETURN(int64_t port,
                          ConnectorIntOption("redis", options, "port", 6379, 1, 65535));
@@ -294,6 +319,25 @@ Result<std::unique_ptr<Connector>> MakeRedisConnector(const ConnectorOptions& op
   o.part_bytes = static_cast<uint64_t>(part);
   o.timeout_ms = static_cast<int>(timeout);
   o.pool = static_cast<size_t>(pool);
+  const std::string server = o.host + ":" + std::to_string(o.port);
+  if (!o.password_file.empty()) {
+    auto read = ReadSecretFile(o.password_file);
+    if (!read.ok()) return read.status().WithContext("redis connector password_file");
+    o.password = *std::move(read);
+  }
+  if (o.password.empty()) {
+    std::lock_guard<std::mutex> lock(passwords_mu);
+    if (auto it = KnownPasswords().find(server); it != KnownPasswords().end()) {
+      o.password = it->second;
+    }
+  }
+  if (o.password.empty()) {
+    if (const char* env = std::getenv("REDISCLI_AUTH"); env != nullptr) o.password = env;
+  }
+  if (!o.password.empty()) {
+    std::lock_guard<std::mutex> lock(passwords_mu);
+    KnownPasswords()[server] = o.password;
+  }
   return std::unique_ptr<Connector>(std::make_unique<RedisConnector>(std::move(o)));
 }
 
