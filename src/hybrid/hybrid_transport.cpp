@@ -15,12 +15,11 @@ int64_t NowNs() {
 }
 
 // XSILO_DEBUG set (non-empty, not "0"): the adaptive backend logs its choices.
+// Read at each call (a scan of the environment, next to a message's cost),
+// so that a process may turn it on after its first transport.
 bool DebugLog() {
-  static const bool on = [] {
-    const char* v = std::getenv("XSILO_DEBUG");
-    return v != nullptr && *v != 0 && std::string(v) != "0";
-  }();
-  return on;
+  const char* v = std::getenv("XSILO_DEBUG");
+  return v != nullptr && *v != 0 && std::string_view(v) != "0";
 }
 
 Status HybridTransport::Start() {

@@ -6,15 +6,19 @@
 // against an S3 endpoint that only the server holds credentials for: the
 // clients download by presigned GET and upload through presigned PUT
 // grants. The bucket is listed empty afterwards.
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <iostream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <set>
@@ -464,6 +468,53 @@ struct GrantPair {
     if (server) server->Stop();
   }
 };
+
+// The hybrid's log of a failing grant upload, debug lines included, quotes
+// no presigned URL's signature or credential: the object server stops after
+// the grants were issued, so the client's upload fails, is reported on
+// stderr, and the message goes inline. fd 2 is captured to a file.
+TEST(GrpcS3, AFailingGrantUploadLogsNoSignature) {
+  GrantPair pair;
+  ASSERT_NO_FATAL_FAILURE(pair.Start());
+  ASSERT_NO_FATAL_FAILURE(pair.Grant());
+  pair.s3.reset();  // every URL of the client's grants now fails to connect
+  const std::string log =
+      std::filesystem::temp_directory_path() / ("xsilo-grant-log-" + std::to_string(::getpid()));
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ASSERT_GE(fd, 0);
+  ::dup2(fd, 2);
+  ::close(fd);
+  ::setenv("XSILO_DEBUG", "1", 1);
+  Status sent = pair.client->Send(0, PatternMessage((3 << 20) + 5, 4, 0), 60s);
+  auto got = pair.server->Receive(60s);
+  ::unsetenv("XSILO_DEBUG");
+  std::cerr.flush();
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  ASSERT_TRUE(sent.ok()) << sent.ToString();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_TRUE(PatternIntact(*got)) << "the message went inline, whole";
+
+  std::ifstream in(log);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // The failing path ran and named the URL it failed on.
+  ASSERT_NE(text.find("failed, sending inline"), std::string::npos) << text;
+  ASSERT_NE(text.find("redacted"), std::string::npos) << "no URL was named:\n" << text;
+  std::string lower = text;
+  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+  for (const std::string name :
+       {"x-amz-signature=", "x-amz-credential=", "x-amz-security-token="}) {
+    for (size_t at = lower.find(name); at != std::string::npos; at = lower.find(name, at + 1)) {
+      EXPECT_EQ(lower.compare(at + name.size(), 8, "redacted"), 0)
+          << name << " carries a value in the log:\n"
+          << text;
+    }
+  }
+  std::filesystem::remove(log);
+}
 
 // A message still being produced goes up through a multipart grant as it
 // comes: parts are on the store before it is finished. One abandoned, or
