@@ -8,6 +8,13 @@
 
 namespace xsilo {
 
+bool SecretEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
 Result<std::string> ReadSecretFile(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {

@@ -11,6 +11,7 @@
 #include "s3/http_server.h"
 #include "s3/sigv4.h"
 #include "store/endpoint/socket_io.h"
+#include "xsilo/core/secret.h"
 #include "xsilo/store/connector.h"
 
 namespace xsilo::endpoint {
@@ -232,7 +233,7 @@ void Endpoint::HandleLocal(const s3::HttpRequest& req, s3::BodyReader& body,
                            s3::HttpResponse* resp) {
   if (!o_.token.empty()) {
     const std::string* auth = req.Header("authorization");
-    if (auth == nullptr || !s3::SecureEquals(*auth, "Bearer " + o_.token)) {
+    if (auth == nullptr || !SecretEquals(*auth, "Bearer " + o_.token)) {
       resp->headers.emplace_back("WWW-Authenticate", "Bearer");
       return Reply(resp, 401, "the local API needs its token (token_file)");
     }

@@ -1,6 +1,5 @@
 #include "endpoint/ticket.h"
 
-#include <openssl/crypto.h>
 #include <openssl/rand.h>
 
 #include <chrono>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "s3/crypto.h"
+#include "xsilo/core/secret.h"
 
 namespace xsilo::endpoint {
 
@@ -64,8 +64,7 @@ Status VerifyTicket(const std::string& ticket, const std::string& secret,
   if (f.size() != 6 || f[0] != "v1") return PermissionDenied("malformed ticket");
   std::string fields = f[1] + "." + f[2] + "." + f[3] + "." + f[4];
   std::string want = Mac(secret, fields);
-  if (secret.empty() || f[5].size() != want.size() ||
-      CRYPTO_memcmp(f[5].data(), want.data(), want.size()) != 0) {
+  if (secret.empty() || !SecretEquals(f[5], want)) {
     return PermissionDenied("ticket not signed by the relay this endpoint registered with");
   }
   if (f[3] != own_uuid) return PermissionDenied("ticket is for endpoint " + f[3]);

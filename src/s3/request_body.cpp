@@ -9,6 +9,7 @@
 #include "s3/errors.h"
 #include "s3/sigv4.h"
 #include "xsilo/core/base64.h"
+#include "xsilo/core/secret.h"
 
 namespace xsilo::s3 {
 
@@ -194,7 +195,7 @@ Result<RequestBody> ReadRequestBody(const HttpRequest& req, BodyReader& reader,
                                     std::string(kEmptySha256Hex) + "\n" + Hex(Sha256(bytes));
         std::string expected =
             Signature(auth.secret_key, auth.date_stamp, auth.region, "s3", to_sign);
-        if (!SecureEquals(expected, given)) {
+        if (!SecretEquals(expected, given)) {
           return S3Error("SignatureDoesNotMatch",
                          "The chunk signature we calculated does not match the signature you "
                          "provided (chunk at byte " +

@@ -7,6 +7,7 @@
 
 #include "s3/server_internal.h"
 #include "s3/sigv4.h"
+#include "xsilo/core/secret.h"
 
 namespace xsilo {
 
@@ -161,7 +162,7 @@ Status S3Server::Impl::Authenticate(Ctx& c) {
   std::string scope = s3::CredentialScope(auth.date_stamp, auth.region, auth.service);
   std::string expected = s3::Signature(opts.secret_key, auth.date_stamp, auth.region, auth.service,
                                        s3::StringToSign(auth.amz_date, scope, canonical));
-  if (!s3::SecureEquals(expected, auth.signature)) {
+  if (!SecretEquals(expected, auth.signature)) {
     return S3Error("SignatureDoesNotMatch",
                    "The request signature we calculated does not match the signature you provided. "
                    "Check your key and signing method.");

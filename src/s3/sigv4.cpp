@@ -264,13 +264,6 @@ std::string Signature(std::string_view secret_key, std::string_view date_stamp,
   return Hex(HmacSha256(SigningKey(secret_key, date_stamp, region, service), string_to_sign));
 }
 
-bool SecureEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 std::string RedactUrl(std::string_view url) {
   const size_t q = url.find_first_of("?#");
   if (q == std::string_view::npos) return std::string(url);

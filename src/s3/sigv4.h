@@ -78,9 +78,6 @@ std::string Signature(std::string_view secret_key, std::string_view date_stamp,
                       std::string_view region, std::string_view service,
                       std::string_view string_to_sign);
 
-// Constant-time comparison for signatures.
-bool SecureEquals(std::string_view a, std::string_view b);
-
 // A presigned URL is a bearer token until it expires: what may be shown of
 // one in a Status or a log line is its scheme, host and path. The query
 // (signature, credential, security token) becomes "?<signed query

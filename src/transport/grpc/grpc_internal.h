@@ -53,7 +53,6 @@ constexpr int kMaxHttp2Frame = (1 << 24) - 1;
 constexpr int kMinConnectTimeoutMs = 20000;
 int Http2Window(const GrpcOptions& g);
 Result<std::string> ReadPem(const std::string& path);
-bool SameToken(const std::string& a, const std::string& b);
 StatusCode FromGrpc(grpc::StatusCode c);
 grpc::StatusCode ToGrpc(StatusCode c);
 Status FromGrpcStatus(const grpc::Status& s, const std::string& context);

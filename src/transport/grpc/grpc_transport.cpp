@@ -8,6 +8,7 @@
 #include "transport/builtin.h"
 #include "transport/grpc/grpc_internal.h"
 #include "transport/grpc/unary_transport.h"
+#include "xsilo/core/secret.h"
 
 namespace xsilo {
 namespace grpc_detail {
@@ -22,12 +23,6 @@ Result<std::string> ReadPem(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
-}
-
-bool SameToken(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i % (b.empty() ? 1 : b.size())];
-  return diff == 0 && !(b.empty() && !a.empty());
 }
 
 StatusCode FromGrpc(grpc::StatusCode c) {
@@ -163,7 +158,7 @@ Status GrpcTransport::StartServer() {
 }
 
 Status GrpcTransport::CheckHello(const grpclink::Hello& h) const {
-  if (!g_.token.empty() && !SameToken(h.token(), g_.token))
+  if (!g_.token.empty() && !SecretEquals(h.token(), g_.token))
     return PermissionDenied("client rank " + std::to_string(h.rank()) +
                             " presented a wrong or missing token");
   if (h.world_size() != world_size())

@@ -16,6 +16,7 @@
 #include "transport/grpc/options.h"
 #include "transport/grpc/unary_transport.h"
 #include "xsilo/core/codec.h"
+#include "xsilo/core/secret.h"
 
 namespace xsilo::grpclink {
 
@@ -150,7 +151,7 @@ class UnaryTransport final : public Transport {
   }
 
   Status Receive(const UnaryRequest& req) {
-    if (!g_.token.empty() && !grpc_detail::SameToken(req.token(), g_.token))
+    if (!g_.token.empty() && !SecretEquals(req.token(), g_.token))
       return PermissionDenied("wrong or missing token from rank " + std::to_string(req.sender()));
     if (req.sender() < 0 || req.sender() >= world_size() || req.sender() == rank())
       return InvalidArgument("bad sender rank " + std::to_string(req.sender()));
