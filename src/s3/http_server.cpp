@@ -117,6 +117,7 @@ Status HttpServer::Start() {
   port_ = ntohs(sa.sin_port);
   listen_fd_ = fd;
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC);
+  spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   stopping_ = false;
   acceptor_ = std::thread([this] { AcceptLoop(); });
   return Status::OK();
@@ -142,7 +143,8 @@ void HttpServer::Stop() {
   for (auto& t : workers) t.join();
   ::close(listen_fd_);
   ::close(wake_fd_);
-  listen_fd_ = wake_fd_ = -1;
+  if (spare_fd_ >= 0) ::close(spare_fd_);
+  listen_fd_ = wake_fd_ = spare_fd_ = -1;
 }
 
 void HttpServer::Dispatch(int fd) {
@@ -197,6 +199,15 @@ void HttpServer::AcceptLoop() {
     parked_.swap(still);
     if (r <= 0 || !(fds[0].revents & POLLIN)) continue;
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+      // Out of descriptors: the pending connection would stay in the
+      // kernel's queue unanswered (and the listener readable, so this loop
+      // would spin). Its client gets a 503 through the spare descriptor
+      // kept for this, and the connection is closed.
+      lock.unlock();
+      RefuseWithSpareDescriptor();
+      continue;
+    }
     if (fd < 0) continue;
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -224,6 +235,31 @@ void HttpServer::AcceptLoop() {
     }
     parked_.emplace_back(fd, now);  // a worker takes it when its first request arrives
   }
+}
+
+void HttpServer::RefuseWithSpareDescriptor() {
+  if (spare_fd_ < 0) {  // lost (another thread took the descriptor): wait for one
+    spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (spare_fd_ < 0) {
+      pollfd wake{wake_fd_, POLLIN, 0};
+      ::poll(&wake, 1, 10);
+      return;
+    }
+  }
+  ::close(spare_fd_);
+  spare_fd_ = -1;
+  int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd >= 0) {
+    ++refused_no_descriptor_;
+    if (!options_.tls) {
+      SetSocketTimeouts(fd, std::chrono::milliseconds(1000));
+      SendString(Link{fd, nullptr},
+                 "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: "
+                 "close\r\nRetry-After: 1\r\n\r\n");
+    }
+    ::close(fd);
+  }
+  spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 void HttpServer::WorkerLoop() {

@@ -125,9 +125,12 @@ class HttpServer {
   // Closes the listener and every open connection, then joins all threads.
   void Stop();
   int port() const { return port_; }
+  // Connections answered 503 because the process had no descriptor left.
+  uint64_t refused_no_descriptor() const { return refused_no_descriptor_.load(); }
 
  private:
   void AcceptLoop();
+  void RefuseWithSpareDescriptor();  // on EMFILE/ENFILE; the acceptor only
   void WorkerLoop();
   // True when the connection is idle and kept alive: the caller parks it.
   bool ServeConnection(const Link& link);
@@ -138,6 +141,10 @@ class HttpServer {
   HttpHandler handler_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // eventfd that wakes the acceptor on Stop
+  // Held open for the moment the process runs out of descriptors: closed to
+  // accept one pending connection and answer it 503 (the acceptor's only).
+  int spare_fd_ = -1;
+  std::atomic<uint64_t> refused_no_descriptor_{0};
   int port_ = 0;
   std::atomic<bool> stopping_{false};
   std::thread acceptor_;

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -566,11 +568,39 @@ std::unique_ptr<ObjectStore> NewMemoryObjectStore() {
   return std::make_unique<MemoryObjectStore>();
 }
 
+namespace {
+
+// Removes the temporary files (<bucket>/.xsilo-tmp/<pid>-<n>) of writers
+// that died mid-PUT: a server killed while receiving an object leaves its
+// file there, never listed or served, holding disk (or, on tmpfs, memory).
+// Files of a live process, this one included, are kept: every store of a
+// directory shares it (a direct put opens a store of its own).
+void RemoveDeadWritersTemporaries(const std::string& root) {
+  std::error_code ec;
+  for (const auto& bucket : std::filesystem::directory_iterator(root, ec)) {
+    std::error_code ec2;
+    for (const auto& f : std::filesystem::directory_iterator(bucket.path() / ".xsilo-tmp", ec2)) {
+      const std::string name = f.path().filename().string();
+      const size_t dash = name.find('-');
+      if (dash == std::string::npos || dash == 0) continue;
+      pid_t pid = 0;
+      auto [end, err] = std::from_chars(name.data(), name.data() + dash, pid);
+      if (err != std::errc() || end != name.data() + dash || pid <= 0) continue;
+      if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+      std::error_code ec3;
+      std::filesystem::remove(f.path(), ec3);
+    }
+  }
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ObjectStore>> NewDirectoryObjectStore(const std::string& root,
                                                              DirectoryStoreOptions options) {
   std::error_code ec;
   std::filesystem::create_directories(root, ec);
   if (ec) return InvalidArgument("cannot create directory " + root + ": " + ec.message());
+  RemoveDeadWritersTemporaries(root);
   return std::unique_ptr<ObjectStore>(std::make_unique<DirectoryObjectStore>(root, options));
 }
 

@@ -4,10 +4,12 @@
 // direct puts of one process at once never share a temporary file.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -190,6 +192,45 @@ TEST_F(DirectoryRecycleTest, ConcurrentDirectPutsOfOneProcessDoNotCollide) {
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     EXPECT_EQ(got->view(), std::string(64 << 10, static_cast<char>('a' + t)));
   }
+}
+
+}  // namespace
+}  // namespace xsilo
+
+namespace xsilo {
+namespace {
+
+// A server killed mid-PUT leaves its temporary file behind; the next store
+// opened on the directory removes it, and keeps those of live writers.
+TEST(DirectoryStore, TheTemporariesOfADeadWriterGoWhenTheStoreOpens) {
+  const auto root =
+      std::filesystem::temp_directory_path() / ("xsilo-dead-tmp-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  {
+    auto first = s3::NewDirectoryObjectStore(root.string());
+    ASSERT_TRUE(first.ok());
+    ASSERT_TRUE((*first)->CreateBucket("b").ok());
+  }
+  pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  const auto tmp = root / "b" / ".xsilo-tmp";
+  auto touch = [&](const std::string& name) {
+    std::ofstream(tmp / name) << std::string(4096, 'x');
+    return tmp / name;
+  };
+  const auto of_dead = touch(std::to_string(dead) + "-0");
+  const auto of_mine = touch(std::to_string(::getpid()) + "-7");
+  const auto of_init = touch("1-3");  // pid 1 lives
+  const auto other = touch("not-a-writer");
+  auto second = s3::NewDirectoryObjectStore(root.string());
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE(std::filesystem::exists(of_dead)) << "the dead writer's file stayed";
+  EXPECT_TRUE(std::filesystem::exists(of_mine));
+  EXPECT_TRUE(std::filesystem::exists(of_init));
+  EXPECT_TRUE(std::filesystem::exists(other));
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "s3/raw_http.h"
 #include "transport/test_util.h"
@@ -529,6 +531,65 @@ TEST(ServerDirectory, LocalPutIsServedAtOnceAndLocalGetMapsTheFile) {
 
 INSTANTIATE_TEST_SUITE_P(Storage, ServerTest, ::testing::Values(false, true),
                          [](const auto& info) { return info.param ? "Directory" : "Memory"; });
+
+// Out of descriptors, the server answers each connection it cannot take
+// with 503 and closes it, instead of leaving it unanswered in the kernel's
+// accept queue (where the client times out and the acceptor spins).
+TEST(ServerLimits, AConnectionPastTheDescriptorLimitIsAnswered503) {
+  S3ServerOptions o;
+  o.allow_anonymous = true;
+  o.buckets = {"bkt"};
+  o.max_connections = 64;
+  auto server = S3Server::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  constexpr int kClients = 16;
+  std::vector<int> socks;
+  for (int i = 0; i < kClients; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    timeval tv{20, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    socks.push_back(fd);
+  }
+  int open_fds = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    (void)e;
+    ++open_fds;
+  }
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(open_fds + 3);  // room for about 3 connections
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>((*server)->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const std::string request = "GET /bkt/missing HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  std::vector<std::string> replies;
+  for (int fd : socks) {
+    std::string reply;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(request.size())) {
+      char buf[256];
+      ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n > 0) reply.assign(buf, static_cast<size_t>(n));
+    }
+    replies.push_back(reply);
+  }
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  int refused = 0;
+  for (size_t i = 0; i < replies.size(); ++i) {
+    EXPECT_EQ(replies[i].rfind("HTTP/1.1 ", 0), 0u) << "connection " << i << " got no answer";
+    refused += replies[i].rfind("HTTP/1.1 503", 0) == 0;
+  }
+  EXPECT_GE(refused, 1) << "the limit was never reached";
+  for (int fd : socks) ::close(fd);
+  // With descriptors again, it serves.
+  auto after = RawExchange((*server)->port(), request);
+  EXPECT_NE(after.status, 503);
+}
 
 }  // namespace
 }  // namespace xsilo
