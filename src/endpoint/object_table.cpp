@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 namespace xsilo::endpoint {
 
@@ -35,6 +36,49 @@ Status ObjectTable::Open() {
     on_disk_[name] = size;
     used_ += size;
     stored_ += size;
+  }
+  // The readers of the objects found; a file of an object that is gone
+  // (a crash between the two renames of a put, or of an erase) goes.
+  std::filesystem::create_directories(dir_ + "/readers", ec);
+  if (ec) return Internal("create " + dir_ + "/readers: " + ec.message());
+  for (const auto& e : std::filesystem::directory_iterator(dir_ + "/readers", ec)) {
+    const std::string name = e.path().filename().string();
+    if (!ValidName(name) || on_disk_.count(name) == 0) {
+      std::filesystem::remove(e.path(), ec);
+      continue;
+    }
+    std::ifstream in(e.path());
+    std::vector<std::string> readers;
+    for (std::string r; std::getline(in, r, ',');) {
+      if (!r.empty() && r.back() == '\n') r.pop_back();
+      if (r == kAnyPeer || ValidName(r)) readers.push_back(r);
+    }
+    if (!readers.empty()) readers_[name] = std::move(readers);
+  }
+  return Status::OK();
+}
+
+Status ObjectTable::PersistReadersLocked(const std::string& id,
+                                         const std::vector<std::string>& readers) {
+  const std::string path = dir_ + "/readers/" + id;
+  if (readers.empty()) {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return Internal("unlink " + path + ": " + std::strerror(errno));
+    }
+    return Status::OK();
+  }
+  std::string text;
+  for (const std::string& r : readers) text += (text.empty() ? "" : ",") + r;
+  const std::string tmp =
+      dir_ + "/readers/.tmp-" + std::to_string(getpid()) + "-" + std::to_string(++tmp_counter_);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Internal("create " + tmp + ": " + std::strerror(errno));
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                       ::fsync(fd) == 0;
+  ::close(fd);
+  if (!written || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return Internal("write " + path + ": " + std::strerror(errno));
   }
   return Status::OK();
 }
@@ -166,6 +210,14 @@ Status ObjectTable::Commit(const std::string& id, Buffer bytes, const std::strin
     used_ -= size;
     return may;
   }
+  // The readers before the object: a crash between the renames leaves the
+  // new readers on the old object of the same site, never an object with
+  // readers it was not given.
+  if (Status kept = PersistReadersLocked(id, readers); !kept.ok()) {
+    ::unlink(tmp.c_str());
+    used_ -= size;
+    return kept;
+  }
   if (::rename(tmp.c_str(), PathOf(id).c_str()) != 0) {
     int e = errno;
     ::unlink(tmp.c_str());
@@ -235,6 +287,7 @@ Status ObjectTable::Erase(const std::string& id, const std::string& writer) {
   auto it = on_disk_.find(id);
   if (it == on_disk_.end()) return Status::OK();
   ::unlink(PathOf(id).c_str());
+  (void)PersistReadersLocked(id, {});  // an orphan left by a failure goes at the next Open
   used_ -= it->second;
   stored_ -= it->second;
   on_disk_.erase(it);

@@ -49,8 +49,10 @@ class ObjectTable {
   // Whether the peer endpoint `reader` (its UUID; `identity` is the
   // UUID@fingerprint its writes are recorded under) may read id: it wrote
   // the object, or the object's readers name it or kAnyPeer (false for an
-  // id not stored). Readers live in memory like writers: after a restart no peer reads an
-  // object until the site writes it again (or grants a prefix).
+  // id not stored). With a directory, readers are kept in
+  // <dir>/readers/<id>, so a restarted endpoint serves the same peers;
+  // writers live in memory only (after a restart no peer may change an
+  // object: that fails closed).
   bool MayRead(const std::string& id, const std::string& reader, const std::string& identity) const;
 
   Result<std::optional<Buffer>> Get(const std::string& id) const;
@@ -64,6 +66,8 @@ class ObjectTable {
  private:
   std::string PathOf(const std::string& id) const { return dir_ + "/objects/" + id; }
   Status MayModifyLocked(const std::string& id, const std::string& writer) const;
+  // Writes (or, when empty, removes) <dir>/readers/<id>; caller holds mu_.
+  Status PersistReadersLocked(const std::string& id, const std::vector<std::string>& readers);
 
   const std::string dir_;
   const uint64_t max_bytes_;
