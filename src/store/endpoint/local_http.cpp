@@ -100,7 +100,8 @@ Result<HttpReply> HttpCall(const HostPort& server, const std::string& method,
   const uint64_t len = reply.content_length;
   XSILO_ASSIGN_OR_RETURN(reply.body, Buffer::Allocate(len));
   uint64_t have = std::min<uint64_t>(rest.size(), len);
-  std::memcpy(reply.body.mutable_data(), rest.data(), have);
+  if (have > 0)
+    std::memcpy(reply.body.mutable_data(), rest.data(), have);  // an empty body has no storage
   while (have < len) {
     size_t want = static_cast<size_t>(std::min<uint64_t>(len - have, 1u << 30));
     ssize_t n = ::recv(fd, reply.body.mutable_data() + have, want, 0);
