@@ -155,6 +155,10 @@ ChecksumStream::ChecksumStream(ChecksumAlgorithm a) : algorithm_(a) {
 ChecksumStream::~ChecksumStream() = default;
 
 void ChecksumStream::Update(const void* data, size_t n) {
+  // Nothing to add. (zlib reads crc32_z(crc, NULL, 0) as "give me the
+  // initial value" and answers 0: an empty last chunk with no storage would
+  // reset a running CRC32.)
+  if (n == 0) return;
   switch (algorithm_) {
     case ChecksumAlgorithm::kCrc32:
       crc_ = crc32_z(static_cast<uLong>(crc_), static_cast<const Bytef*>(data), n);
