@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/codec_internal.h"
+#include "core/json_depth.h"
 #include "xsilo/core/base64.h"
 
 namespace xsilo {
@@ -79,6 +80,10 @@ std::string MessageHeaderJson(const Message& m) {
 }
 
 Status ParseMessageHeader(std::string_view text, Message* m) {
+  if (!core_detail::JsonDepthAtMost(text)) {
+    return Corrupt("message header nests deeper than " +
+                   std::to_string(core_detail::kMaxJsonDepth) + " levels");
+  }
   json h = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (h.is_discarded() || !h.is_object()) return Corrupt("message header is not a JSON object");
   auto field = [&](const char* name) -> const json* {

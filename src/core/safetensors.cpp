@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/codec_internal.h"
+#include "core/json_depth.h"
 
 namespace xsilo {
 
@@ -79,6 +80,10 @@ Result<TensorMap> DecodeSafetensors(const Buffer& payload, const DecodeLimits& l
                    std::to_string(payload.size()) + "-byte payload");
   }
   const char* text = reinterpret_cast<const char*>(payload.data() + 8);
+  if (!core_detail::JsonDepthAtMost(std::string_view(text, n))) {
+    return Corrupt("safetensors header nests deeper than " +
+                   std::to_string(core_detail::kMaxJsonDepth) + " levels");
+  }
   json h = json::parse(text, text + n, nullptr, /*allow_exceptions=*/false);
   if (h.is_discarded() || !h.is_object()) return Corrupt("safetensors header is not a JSON object");
 

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/json_depth.h"
 #include "xsilo/core/codec.h"
 
 namespace xsilo {
@@ -372,4 +373,28 @@ TEST(CodecErrors, PreviousWireVersionIsRefused) {
 }
 
 }  // namespace
+// A header nested absurdly deep is refused before it is parsed: nlohmann
+// would build the whole tree first (a 63 MiB "[[[...]]]" cost 2.6 GB).
+TEST(CodecErrors, AHeaderNestedTooDeepIsRefusedUnparsed) {
+  EXPECT_TRUE(core_detail::JsonDepthAtMost("{\"a\":[1,{\"b\":[]}]}", 4));
+  EXPECT_FALSE(core_detail::JsonDepthAtMost("{\"a\":[1,{\"b\":[]}]}", 3));
+  EXPECT_TRUE(core_detail::JsonDepthAtMost("{\"s\":\"[[[[\\\"[[\"}", 1)) << "brackets in a string";
+  auto safetensors_with_header = [](const std::string& header) {
+    std::string bytes(8, '\0');
+    uint64_t n = header.size();
+    std::memcpy(bytes.data(), &n, 8);
+    return Buffer::CopyFrom(bytes + header);
+  };
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  auto refused = DecodeSafetensors(safetensors_with_header(deep));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("nests deeper"), std::string::npos)
+      << refused.status().ToString();
+  auto shallow = DecodeSafetensors(safetensors_with_header("[[[]]]"));
+  ASSERT_FALSE(shallow.ok());
+  EXPECT_NE(shallow.status().message().find("not a JSON object"), std::string::npos);
+  auto empty = DecodeSafetensors(safetensors_with_header("{}"));
+  EXPECT_TRUE(empty.ok()) << empty.status().ToString();
+}
+
 }  // namespace xsilo
