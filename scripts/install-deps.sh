@@ -21,6 +21,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   # s3: client (libcurl, OpenSSL for SigV4) and embedded server; curl CLI for interop tests
   libcurl4-openssl-dev libssl-dev zlib1g-dev curl
+  # load on `xsilo s3d` (bench/s3d_load.cpp, ctest s3d_load_short)
+  wrk
   # s3 interop tests: boto3 against the embedded server and s3rver, run by pytest from ctest
   python3-boto3 python3-pytest
   # S3 clients people already have, run against `xsilo s3d` by tests/s3/clients/:
