@@ -1,12 +1,15 @@
 # make run   install dependencies, build, run the main job
 # make test  install dependencies, build, run every test (unit, conformance,
-#            fuzz smoke run, AddressSanitizer run)
+#            fuzz smoke run, AddressSanitizer+UBSan run of the core suites)
+# make sanitize  every test binary under AddressSanitizer+UBSan
+# make tsan  the concurrent suites under ThreadSanitizer
 # make fuzz  fuzz every parser of untrusted input FUZZ_RUNS times each
 #            (wire-format decoder, tensorpipe descriptor, grpc frames and reassembly,
 #            S3 HTTP head, SigV4, S3 XML, TOML job file, tensor codecs)
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 FUZZ_RUNS  ?= 200000
@@ -16,7 +19,7 @@ CTEST_JOBS ?= 2
 PARSER_FUZZERS = fuzz_compress fuzz_grpc_reassembly fuzz_grpc_wire fuzz_s3_chunked fuzz_s3_http fuzz_s3_sigv4 fuzz_s3_xml \
   fuzz_toml_config
 
-.PHONY: all deps configure build run test unit asan fuzz fuzz-build format clean
+.PHONY: all deps configure build run test unit asan sanitize tsan fuzz fuzz-build format clean
 
 all: build
 
@@ -40,15 +43,32 @@ run: configure
 unit: build
 	./scripts/run-ctest.sh $(BUILD) $(CTEST_JOBS)
 
-# Sanitized build of core + transport; the conformance suite's multi-GiB
-# and RSS-measuring cases are left to the optimized run.
+# AddressSanitizer + UBSan (docs/reliability.md, "Sanitizers"). `make asan`,
+# part of `make test`, runs ASAN_SUITES: core and compression, the
+# transports and grpc, s3, the store, the endpoint and the hybrid.
+# `make sanitize` builds and runs every test binary so (too long for CI).
+# `make tsan` runs the concurrent suites under ThreadSanitizer. Cases that
+# move several GiB or measure RSS are left to the optimized run
+# (scripts/run-sanitized.sh).
+ASAN_SUITES = core_test transport_test grpc_transport_test s3_test store_test endpoint_test \
+  endpoint_peer_test hybrid_test grpc_s3_test
+TSAN_SUITES = hybrid_test grpc_transport_test endpoint_peer_test proxy_test
+SANITIZE_CMAKE = CC=clang CXX=clang++ cmake -S . -DCMAKE_BUILD_TYPE=Debug -DXSILO_BUILD_BENCH=ON
+
 asan: deps
-	CC=clang CXX=clang++ cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug \
-	  -DXSILO_SANITIZE=ON -DXSILO_BUILD_TOOLS=OFF
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target core_test transport_test
-	ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 $(ASAN_BUILD)/tests/core/core_test
-	ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 $(ASAN_BUILD)/tests/transport/transport_test \
-	  --gtest_filter='-*TensorOver2GiB*:*BroadcastSharesPayload*:*PayloadSizes*'
+	$(SANITIZE_CMAKE) -B $(ASAN_BUILD) -DXSILO_SANITIZE=ON
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(ASAN_SUITES)
+	./scripts/run-sanitized.sh $(ASAN_BUILD) $(CTEST_JOBS) $(ASAN_SUITES)
+
+sanitize: deps
+	$(SANITIZE_CMAKE) -B $(ASAN_BUILD) -DXSILO_SANITIZE=ON
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	./scripts/run-sanitized.sh $(ASAN_BUILD) $(CTEST_JOBS) all
+
+tsan: deps
+	$(SANITIZE_CMAKE) -B $(TSAN_BUILD) -DXSILO_TSAN=ON
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_SUITES)
+	./scripts/run-sanitized.sh $(TSAN_BUILD) $(CTEST_JOBS) $(TSAN_SUITES)
 
 fuzz-build: deps
 	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -78,4 +98,4 @@ format:
 	find include src tests tools fuzz -name '*.h' -o -name '*.cpp' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

@@ -3,14 +3,15 @@
 # XSILO_REQUIRE_ALL=1, so a test whose prerequisite is missing fails instead
 # of skipping (tests/require.h). Prints how many tests were skipped, and
 # fails when any was: a skipped test is one that did not run.
-# Usage: scripts/run-ctest.sh <build dir> <parallel jobs>
+# Usage: scripts/run-ctest.sh <build dir> <parallel jobs> [ctest arguments...]
 set -euo pipefail
 build=$1
 jobs=${2:-2}
+shift 2 || shift $#
 cd "$build"
 log=ctest.log
 set +e
-XSILO_REQUIRE_ALL=1 ctest --output-on-failure -j "$jobs" 2>&1 | tee "$log"
+XSILO_REQUIRE_ALL=1 ctest --output-on-failure -j "$jobs" "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 # ctest's summary lists each skipped test as "<n> - <name> (Skipped)".
