@@ -97,15 +97,7 @@ struct Args {
   KeyValues client_options;  // clients only, over `options`
 };
 
-int OpenFds(const std::string& pid) {
-  std::error_code ec;
-  int n = 0;
-  for (auto it = std::filesystem::directory_iterator("/proc/" + pid + "/fd", ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    ++n;
-  }
-  return n;
-}
+using bench::OpenFds;
 
 // What this process's descriptors point at (readlink of /proc/self/fd/*).
 std::vector<std::string> FdTargets() {

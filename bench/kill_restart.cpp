@@ -139,15 +139,7 @@ uint64_t ParseBytes(const std::string& s) {
 
 // ---------------------------------------------------------------- processes
 
-int CountFds(pid_t pid) {
-  std::error_code ec;
-  int n = 0;
-  for (auto it = fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
-       !ec && it != fs::directory_iterator(); it.increment(ec)) {
-    ++n;
-  }
-  return n;
-}
+int CountFds(pid_t pid) { return bench::OpenFds(std::to_string(pid)); }
 
 std::string ReadText(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

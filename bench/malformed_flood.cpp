@@ -222,15 +222,7 @@ std::string Escape(std::string_view s, size_t max = 600) {
 // ---------------------------------------------------------------------------
 // Processes
 
-int CountFds(pid_t pid) {
-  std::error_code ec;
-  int n = 0;
-  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    ++n;
-  }
-  return n;
-}
+int CountFds(pid_t pid) { return bench::OpenFds(std::to_string(pid)); }
 
 uint64_t Rss(pid_t pid) { return bench::StatusBytes(std::to_string(pid), "VmRSS"); }
 uint64_t Hwm(pid_t pid) { return bench::StatusBytes(std::to_string(pid), "VmHWM"); }

@@ -135,15 +135,7 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 // ---- processes -------------------------------------------------------------
 
-int OpenFds(pid_t pid) {
-  std::error_code ec;
-  int n = 0;
-  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    ++n;
-  }
-  return ec ? -1 : n;
-}
+int OpenFds(pid_t pid) { return bench::OpenFds(std::to_string(pid)); }
 
 // Connections waiting in the accept queue of `pid`'s listening TCP socket
 // on `port` (/proc/<pid>/net/tcp: a LISTEN socket's rx_queue is its queue

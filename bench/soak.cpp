@@ -83,15 +83,7 @@ uint64_t TakeRoundPeakBytes(pid_t pid) {
   return peak;
 }
 
-int OpenFds(pid_t pid) {
-  std::error_code ec;
-  int n = 0;
-  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
-       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    ++n;
-  }
-  return n;
-}
+int OpenFds(pid_t pid) { return bench::OpenFds(std::to_string(pid)); }
 
 TransportOptions Options(const std::string& address, int rank, int world,
                          const std::map<std::string, std::string>& backend) {

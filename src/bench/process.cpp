@@ -27,6 +27,16 @@ uint64_t StatusBytes(const std::string& pid, const char* key) {
   return 0;
 }
 
+int OpenFds(const std::string& pid) {
+  std::error_code ec;
+  int n = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/" + pid + "/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++n;
+  }
+  return ec ? -1 : n;
+}
+
 bool ResetPeakRss(const std::string& pid) {
   std::ofstream out("/proc/" + pid + "/clear_refs");
   out << "5";

@@ -19,6 +19,10 @@ uint64_t StatusBytes(const std::string& pid, const char* key);
 // when the kernel refused (no /proc/<pid>/clear_refs access).
 bool ResetPeakRss(const std::string& pid = "self");
 
+// The open descriptors of `pid` (entries of /proc/<pid>/fd); -1 when they
+// cannot be read (the process is gone).
+int OpenFds(const std::string& pid = "self");
+
 // This process's descendants (children, their children, ...), from every
 // thread's /proc children list: a helper such as the embedded S3 server
 // runs as a grandchild, under its supervisor.
