@@ -1327,8 +1327,8 @@ int main(int argc, char** argv) {
     return Usage("need --writers >= 1, kills >= 0, --kill-bytes-min <= --kill-bytes-max");
   if (a.xsilo.empty()) {
     // Beside this program in a build tree: build/bench/ and build/tools/xsilo/.
-    a.xsilo =
-        (fs::path(bench::SelfExe()).parent_path().parent_path() / "tools/xsilo/xsilo").string();
+    a.xsilo = (fs::path(bench::SelfExe()).parent_path().parent_path() / "tools" / "xsilo" / "xsilo")
+                  .string();
   }
   if (::access(a.xsilo.c_str(), X_OK) != 0)
     return Usage("no xsilo executable at " + a.xsilo +

@@ -9,7 +9,7 @@
 //            [--max-rss-growth-mb 16] [--keep] [--json s3d_load.json]
 //
 // The program starts `xsilo s3d` as its child (--xsilo, default the xsilo
-// of the same build tree: <this program's dir>/../tools/xsilo/xsilo), on
+// of the same build tree: <build>/tools/xsilo/xsilo), on
 // 127.0.0.1, an ephemeral port (--port 0 --port-file), one bucket, objects
 // in a fresh directory under --dir-root (default the system's temporary
 // directory) or in memory (--memory), the secret key in a 0600 file

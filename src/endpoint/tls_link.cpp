@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/sigpipe.h"
 #include "s3/crypto.h"
 #include "s3/tls.h"
 
@@ -51,29 +52,7 @@ Status UseIdentity(SSL_CTX* ctx, const std::string& cert, const std::string& key
   return Status::OK();
 }
 
-// A write to a peer that hung up raises SIGPIPE inside OpenSSL; keep it
-// pending on this thread while writing, then drop it.
-class SigpipeGuard {
- public:
-  SigpipeGuard() {
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe, &old_);
-  }
-  ~SigpipeGuard() {
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    const timespec zero{0, 0};
-    while (sigtimedwait(&pipe, nullptr, &zero) < 0 && errno == EINTR) {
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-
- private:
-  sigset_t old_;
-};
+using core_detail::SigpipeBlock;  // OpenSSL writes without MSG_NOSIGNAL
 
 }  // namespace
 
@@ -150,7 +129,7 @@ Result<std::unique_ptr<TlsStream>> TlsStream::Accept(SSL_CTX* ctx, int fd) {
     return Internal("SSL_new: " + SslError());
   }
   SSL_set_fd(ssl, fd);
-  SigpipeGuard guard;
+  SigpipeBlock guard;
   if (SSL_accept(ssl) != 1) {
     std::string why = SslError();
     SSL_free(ssl);
@@ -180,7 +159,7 @@ Result<std::unique_ptr<TlsStream>> TlsStream::Connect(SSL_CTX* ctx, int fd,
       SSL_set_tlsext_host_name(ssl, verify_host.c_str());
     }
   }
-  SigpipeGuard guard;
+  SigpipeBlock guard;
   if (SSL_connect(ssl) != 1) {
     std::string why = SslError();
     long v = SSL_get_verify_result(ssl);
@@ -193,7 +172,7 @@ Result<std::unique_ptr<TlsStream>> TlsStream::Connect(SSL_CTX* ctx, int fd,
 }
 
 Status TlsStream::Write(const void* data, size_t n) {
-  SigpipeGuard guard;
+  SigpipeBlock guard;
   while (n > 0) {
     int w = SSL_write(ssl_, data, static_cast<int>(std::min<size_t>(n, 1 << 30)));
     if (w <= 0) return Unavailable("TLS write: " + SslError());
@@ -216,7 +195,7 @@ Result<std::string> TlsStream::ReadLine(size_t max) {
     rbuf_.erase(0, rpos_);
     rpos_ = 0;
     char chunk[4096];
-    SigpipeGuard guard;  // a read may write (TLS 1.3 key updates, alerts)
+    SigpipeBlock guard;  // a read may write (TLS 1.3 key updates, alerts)
     int r = SSL_read(ssl_, chunk, sizeof chunk);
     if (r <= 0) return Unavailable("TLS read: connection closed or timed out");
     rbuf_.append(chunk, static_cast<size_t>(r));
@@ -228,7 +207,7 @@ Status TlsStream::ReadExact(void* data, size_t n) {
   size_t have = std::min(n, rbuf_.size() - rpos_);
   std::memcpy(out, rbuf_.data() + rpos_, have);
   rpos_ += have;
-  SigpipeGuard guard;
+  SigpipeBlock guard;
   while (have < n) {
     int r = SSL_read(ssl_, out + have, static_cast<int>(std::min<size_t>(n - have, 1 << 30)));
     if (r <= 0) {

@@ -11,22 +11,15 @@
 #include <climits>
 #include <cstring>
 
+#include "core/sigpipe.h"
+
 namespace xsilo::s3 {
 
 namespace {
 
-// A write to a peer that hung up raises SIGPIPE where the call has no
-// MSG_NOSIGNAL (sendfile, OpenSSL's writes), which would kill the process.
-// Worker threads block it (WorkerLoop), so it stays pending on the thread;
-// this takes it back.
-void DrainSigpipe() {
-  sigset_t pipe;
-  sigemptyset(&pipe);
-  sigaddset(&pipe, SIGPIPE);
-  const timespec zero{0, 0};
-  while (::sigtimedwait(&pipe, nullptr, &zero) < 0 && errno == EINTR) {
-  }
-}
+// Worker threads block SIGPIPE (HttpServer::WorkerLoop); a failed write
+// takes back what it raised.
+using core_detail::DrainSigpipe;
 
 // One write of a TLS session, whole (SSL_MODE_AUTO_RETRY, blocking socket).
 bool TlsWrite(SSL* ssl, const void* data, size_t n) {

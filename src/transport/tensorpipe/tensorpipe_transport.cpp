@@ -15,6 +15,7 @@
 
 #include <tensorpipe/tensorpipe.h>
 
+#include "core/sigpipe.h"
 #include "transport/builtin.h"
 #include "transport/tensorpipe/descriptor.h"
 #include "transport/tensorpipe/options.h"
@@ -223,7 +224,11 @@ class TensorPipeTransport final : public Transport {
     });
   }
 
+  // TensorPipe's loop threads start here and write with libuv's writev, which
+  // raises SIGPIPE when a peer hangs up mid-write: they inherit SIGPIPE
+  // blocked from this scope and see EPIPE instead.
   Status MakeContext() {
+    core_detail::SigpipeBlock sigpipe_blocked;
     ctx_ = std::make_shared<tensorpipe::Context>(
         tensorpipe::ContextOptions().name("xsilo-rank-" + std::to_string(rank())));
     ctx_->registerTransport(0, "tcp", tensorpipe::transport::uv::create());

@@ -4,6 +4,12 @@
 // allocates nothing for them, and keeps serving.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <thread>
 
@@ -153,6 +159,74 @@ TEST_F(TensorPipeRobustness, RefusesAHelloWithTheWrongWorld) {
   EXPECT_EQ(answer.rfind("XTPR", 0), 0u) << answer;
   ExpectServerStillServes();
   EXPECT_TRUE(started_.get().ok());
+}
+
+// The threads of this process that TensorPipe started (it names them TP_*).
+std::vector<pid_t> TensorPipeThreads() {
+  std::vector<pid_t> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name.rfind("TP_", 0) == 0) out.push_back(std::stoi(task.path().filename().string()));
+  }
+  return out;
+}
+
+// Whether SIGPIPE is pending on thread `tid` (SigPnd of its status).
+bool SigpipePending(pid_t tid) {
+  std::ifstream status("/proc/self/task/" + std::to_string(tid) + "/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("SigPnd:", 0) == 0) {
+      return (std::stoull(line.substr(7), nullptr, 16) >> (SIGPIPE - 1)) & 1;
+    }
+  }
+  return false;
+}
+
+// Connects a pair (basic, mpt lanes, shm and cma), sends SIGPIPE to each
+// of TensorPipe's threads and moves a message after: 0 when all of that
+// worked. A delivered SIGPIPE ends the process instead.
+int SigpipeToEachTensorPipeThread() {
+  const std::string address = "127.0.0.1:" + std::to_string(testing::FreeTcpPort());
+  std::unique_ptr<Transport> ranks[2];
+  for (int r = 0; r < 2; ++r) {
+    TransportOptions o;
+    o.rank = r;
+    o.world_size = 2;
+    o.address = address;
+    o.connect_timeout = 30s;
+    o.backend = {{"lanes", "4"}, {"transports", "uv,shm"}, {"channels", "cma"}};
+    auto t = TransportRegistry::Global().Create("tensorpipe", o);
+    if (!t.ok()) return 2;
+    ranks[r] = std::move(t).value();
+  }
+  auto server = std::async(std::launch::async, [&] { return ranks[0]->Start(); });
+  if (!ranks[1]->Start().ok() || !server.get().ok()) return 3;
+  if (!ranks[1]->Send(0, testing::PatternMessage(1 << 20, 2), 30s).ok()) return 4;
+  if (!ranks[0]->Receive(30s).ok()) return 5;
+  const std::vector<pid_t> threads = TensorPipeThreads();
+  if (threads.empty()) return 6;
+  for (pid_t tid : threads) syscall(SYS_tgkill, getpid(), tid, SIGPIPE);
+  // Delivered, the signal ends the process before it could show as pending
+  // (it never shows); blocked, it shows and is held.
+  for (pid_t tid : threads) {
+    while (!SigpipePending(tid)) std::this_thread::yield();
+  }
+  if (!ranks[1]->Send(0, testing::PatternMessage(1 << 20, 3), 30s).ok()) return 7;
+  if (!ranks[0]->Receive(30s).ok()) return 8;
+  ranks[1]->Stop();
+  ranks[0]->Stop();
+  return 0;
+}
+
+// A write into a connection its peer closed raises SIGPIPE on the writing
+// thread, and libuv's writes inside TensorPipe cannot be told MSG_NOSIGNAL:
+// TensorPipe's threads must hold the signal, not die of it (CI saw
+// ReceiverStopsUnderSender/tensorpipempt4 end by SIGPIPE).
+TEST(TensorPipeSignals, ASigpipeOnAnyOfItsThreadsLeavesTheProcessAlive) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::_Exit(SigpipeToEachTensorPipeThread()), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
