@@ -22,7 +22,7 @@ exclude=${XSILO_SANITIZER_EXCLUDE:-'TensorOver2GiB|BroadcastSharesPayload|Payloa
 args+=(-E "$exclude")
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1:halt_on_error=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
-export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:report_signal_unsafe=0}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:report_signal_unsafe=0:suppressions=$here/tsan.supp}
 # UCX intercepts mmap through a hook that TSan's interceptors cannot share.
 export UCX_MEM_MMAP_HOOK_MODE=${UCX_MEM_MMAP_HOOK_MODE:-none}
 exec "$here/run-ctest.sh" "$build" "$jobs" "${args[@]}"

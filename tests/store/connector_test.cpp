@@ -48,20 +48,6 @@ constexpr const char* kS3Sk = "conformance-secret";
 // The embedded S3 server (memory storage), started on first use and kept
 // for the life of the process; a child process resolving a key reaches it
 // through the endpoint in config().
-// Stops the shared server when the tests end, inside RUN_ALL_TESTS: a
-// server stopped by a static destructor at exit joins its workers after
-// OpenSSL's own exit handler ran, and each worker's OpenSSL error state
-// (freed at thread exit through OpenSSL's thread key) is then lost: a leak
-// at exit that LeakSanitizer reports (904 bytes per worker).
-class StopAtEnd : public ::testing::Environment {
- public:
-  explicit StopAtEnd(S3Server* server) : server_(server) {}
-  void TearDown() override { server_->Stop(); }
-
- private:
-  S3Server* server_;
-};
-
 std::string EmbeddedS3Endpoint() {
   static const std::unique_ptr<S3Server> server = [] {
     S3ServerOptions o;
@@ -73,7 +59,7 @@ std::string EmbeddedS3Endpoint() {
                    s.status().ToString().c_str());
       std::abort();
     }
-    ::testing::AddGlobalTestEnvironment(new StopAtEnd(s->get()));
+    ::testing::AddGlobalTestEnvironment(new StopAtEnd<S3Server>(s->get()));
     return std::move(s).value();
   }();
   return server->endpoint();

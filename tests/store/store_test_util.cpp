@@ -11,6 +11,7 @@
 #include <mutex>
 #include <vector>
 
+#include "store/connector_conformance.h"
 #include "store/redis_server.h"
 #include "xsilo/core/codec.h"
 #include "xsilo/s3/server.h"
@@ -68,6 +69,7 @@ const std::string& EmbeddedS3ForTests() {
     auto s = S3Server::Start(o);
     if (!s.ok()) return std::string();
     server = std::move(s).value();
+    ::testing::AddGlobalTestEnvironment(new StopAtEnd<S3Server>(server.get()));
     return server->endpoint();
   }();
   return endpoint;
