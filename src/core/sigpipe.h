@@ -24,18 +24,22 @@ inline void DrainSigpipe() {
   }
 }
 
+// Blocks SIGPIPE on this thread (and the threads it starts from now on);
+// the mask before goes to *old when given.
+inline void BlockSigpipe(sigset_t* old = nullptr) {
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, old);
+}
+
 // Blocks SIGPIPE on this thread for its scope, then drains what it raised
 // and restores the mask. Threads started inside the scope inherit the
 // blocked mask for their whole life (how a library's own I/O threads are
 // kept from raising it).
 class SigpipeBlock {
  public:
-  SigpipeBlock() {
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe, &old_);
-  }
+  SigpipeBlock() { BlockSigpipe(&old_); }
   ~SigpipeBlock() {
     DrainSigpipe();
     pthread_sigmask(SIG_SETMASK, &old_, nullptr);

@@ -1,5 +1,6 @@
 #include "s3/http_server.h"
 
+#include "core/sigpipe.h"
 #include "s3/crypto.h"
 #include "s3/http_conn.h"
 #include "s3/http_parse.h"
@@ -264,10 +265,7 @@ void HttpServer::RefuseWithSpareDescriptor() {
 
 void HttpServer::WorkerLoop() {
   // SendFile's SIGPIPE must not reach the process (see there).
-  sigset_t pipe;
-  sigemptyset(&pipe);
-  sigaddset(&pipe, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+  core_detail::BlockSigpipe();
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     ++idle_workers_;
