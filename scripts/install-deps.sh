@@ -11,6 +11,8 @@ PACKAGES=(
   build-essential cmake pkg-config ccache clang libclang-rt-14-dev
   # core (zstd: the lossless tensor codec, docs/compression.md)
   nlohmann-json3-dev libxxhash-dev libcli11-dev libzstd-dev
+  # the logger's formatting (src/core/log.cpp)
+  libspdlog-dev
   # store (redis connector; redis-server runs in the tests)
   libhiredis-dev redis-server
   # store: the zmq connector (libzmq)

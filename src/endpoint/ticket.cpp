@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "s3/crypto.h"
+#include "xsilo/core/log.h"
 #include "xsilo/core/secret.h"
 
 namespace xsilo::endpoint {
@@ -44,7 +45,8 @@ std::string RandomSecret() {
   uint8_t b[32];
   if (RAND_bytes(b, sizeof b) != 1) {
     // Never hand out a secret or token that is not random.
-    std::fprintf(stderr, "xsilo endpoint: the OpenSSL random generator failed\n");
+    static constinit LogComponent log("endpoint");
+    XSILO_LOG(log, kError, "the OpenSSL random generator failed");
     std::abort();
   }
   return s3::Hex(std::span<const uint8_t>(b, sizeof b));

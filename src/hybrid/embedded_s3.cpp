@@ -15,12 +15,17 @@
 #include <cstring>
 #include <filesystem>
 
+#include "xsilo/core/log.h"
 #include "xsilo/s3/server.h"
 #include "xsilo/store/connector.h"
 
 namespace xsilo {
 
 namespace {
+
+// The embedded server's start and restarts (the supervisor and the server
+// are forked children of the party).
+constinit LogComponent kS3Log("s3");
 
 // Closes every descriptor from 3 up except `a` and `b`.
 void CloseAllExcept(int a, int b) {
@@ -59,7 +64,8 @@ struct ServerSpec {
   auto server = S3Server::Start(o);
   int32_t bound = server.ok() ? (*server)->port() : -1;
   if (!server.ok()) {
-    std::fprintf(stderr, "xsilo embedded S3 server: %s\n", server.status().ToString().c_str());
+    XSILO_LOG(kS3Log, kError,
+              "the embedded S3 server did not start: " << server.status().ToString());
   }
   (void)!::write(ready_fd, &bound, sizeof(bound));
   ::close(ready_fd);
@@ -120,11 +126,11 @@ pid_t SpawnServer(int control_fd, const ServerSpec& spec, int port, int32_t* bou
     if (p[0].revents != 0) break;  // the party closed the pipe: stop
     int wstatus = 0;
     if (::waitpid(server, &wstatus, WNOHANG) != server) continue;
-    std::fprintf(stderr,
-                 "xsilo embedded S3 server (pid %d) %s %d; restarting it on the same "
-                 "directory and port %d\n",
-                 static_cast<int>(server), WIFSIGNALED(wstatus) ? "was killed by signal" : "exited",
-                 WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : WEXITSTATUS(wstatus), bound);
+    XSILO_LOG(kS3Log, kWarn,
+              "the embedded S3 server (pid "
+                  << server << ") " << (WIFSIGNALED(wstatus) ? "was killed by signal " : "exited ")
+                  << (WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : WEXITSTATUS(wstatus))
+                  << "; restarting it on the same directory and port " << bound);
     // Until the port is free again (connections of the dead server may
     // linger) or the party stops, with backoff.
     for (;;) {

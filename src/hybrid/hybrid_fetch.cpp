@@ -2,7 +2,6 @@
 // to the user at once or through the fetch queue, where stubs are fetched,
 // verified block by block, rebuilt and acknowledged, in arrival order.
 #include <algorithm>
-#include <iostream>
 
 #include "hybrid/hybrid_internal.h"
 #include "xsilo/s3/client.h"
@@ -34,11 +33,10 @@ void HybridTransport::OnAck(const Message& m) {
   if (router_ && bytes.ok() && us.ok() && streams.ok() && *bytes > 0 && *us > 0) {
     router_->OnTransfer(m.sender, static_cast<uint64_t>(*bytes), static_cast<double>(*us) * 1e-6,
                         static_cast<int>(std::clamp<int64_t>(*streams, 1, 1024)));
-    if (DebugLog()) {
-      std::cerr << "xsilo " << name_ << " rank " << rank() << ": rank " << m.sender << " fetched "
-                << *bytes << " bytes from the store in " << *us / 1000.0 << " ms over " << *streams
-                << " connections\n";
-    }
+    XSILO_LOG(kLog, kDebug,
+              name_ << " rank " << rank() << ": rank " << m.sender << " fetched " << *bytes
+                    << " bytes from the store in " << *us / 1000.0 << " ms over " << *streams
+                    << " connections");
   }
   std::shared_ptr<Object> done;
   {
@@ -119,8 +117,8 @@ void HybridTransport::FetchLoop() {
     }
     if (!s.ok()) {
       // The message cannot be rebuilt: say so rather than deliver half of it.
-      std::cerr << "xsilo " << name_ << ": dropping message from rank " << m.sender << ": "
-                << s.ToString() << "\n";
+      XSILO_LOG(kLog, kWarn,
+                name_ << ": dropping message from rank " << m.sender << ": " << s.ToString());
       continue;
     }
     int32_t sender = m.sender;
@@ -189,8 +187,9 @@ Status HybridTransport::Restore(Message* m, std::string* key_id, FetchReport* re
         object.status().code() != StatusCode::kCorrupt) {
       break;
     }
-    std::cerr << "xsilo " << name_ << ": fetching again (attempt " << attempt + 1 << " of "
-              << kFetchAttempts << "): " << object.status().ToString() << "\n";
+    XSILO_LOG(kLog, kWarn,
+              name_ << ": fetching again (attempt " << attempt + 1 << " of " << kFetchAttempts
+                    << "): " << object.status().ToString());
   }
   if (!object.ok()) return object.status();
   DecodeLimits limits;

@@ -2,7 +2,6 @@
 // sends each receiver a fresh key and presigned PUT (or multipart) URLs;
 // a receiver without storage access spends one on its next big send.
 #include <algorithm>
-#include <iostream>
 
 #include "hybrid/hybrid_internal.h"
 #include "xsilo/core/encode_stream.h"
@@ -64,11 +63,10 @@ Status HybridTransport::PutThroughGrant(const Grant& grant, const Prepared& prep
   if (!put.ok()) return put;
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (router_) router_->OnTransfer(peer, payload.bytes.size, seconds, used);
-  if (DebugLog()) {
-    std::cerr << "xsilo " << name_ << " rank " << rank() << " -> rank " << peer << ": uploaded "
-              << payload.bytes.size << " bytes through a grant in " << seconds * 1e3 << " ms, "
-              << parts << " part(s) over " << used << " connection(s)\n";
-  }
+  XSILO_LOG(kLog, kDebug,
+            name_ << " rank " << rank() << " -> rank " << peer << ": uploaded "
+                  << payload.bytes.size << " bytes through a grant in " << seconds * 1e3 << " ms, "
+                  << parts << " part(s) over " << used << " connection(s)");
   return Status::OK();
 }
 
@@ -80,8 +78,9 @@ Message HybridTransport::GrantStub(Message m, TensorMap big, const Grant& grant,
     MakeStub(&m, key, prepared.payload.checksum, prepared.blocks, "");
     return m;
   }
-  std::cerr << "xsilo " << name_ << ": upload through a grant of rank " << peer
-            << " failed, sending inline: " << put.ToString() << "\n";
+  XSILO_LOG(kLog, kWarn,
+            name_ << ": upload through a grant of rank " << peer
+                  << " failed, sending inline: " << put.ToString());
   for (auto& [name, t] : big) m.tensors.insert_or_assign(name, std::move(t));
   return m;
 }
@@ -149,23 +148,23 @@ Result<Message> HybridTransport::OffloadStream(EncodeStream& stream, int32_t pee
   if (big.empty()) return std::move(*m);
   Prepared prepared = Prepare(big);
   Status put = streamed.status();
-  if (streamed.ok() && DebugLog()) {
+  if (streamed.ok()) {
     const auto now = Clock::now();
-    std::cerr << "xsilo " << name_ << " rank " << rank() << " -> rank " << peer << ": streamed "
-              << prepared.payload.bytes.size << " bytes through a grant in "
-              << std::chrono::duration<double, std::milli>(now - start).count() << " ms, "
-              << std::chrono::duration<double, std::milli>(now - encoded_at).count()
-              << " ms after the encode ended, " << streamed->parts << " part(s); "
-              << streamed->early_bytes << " bytes went before it ended\n";
+    XSILO_LOG(kLog, kDebug,
+              name_ << " rank " << rank() << " -> rank " << peer << ": streamed "
+                    << prepared.payload.bytes.size << " bytes through a grant in "
+                    << std::chrono::duration<double, std::milli>(now - start).count() << " ms, "
+                    << std::chrono::duration<double, std::milli>(now - encoded_at).count()
+                    << " ms after the encode ended, " << streamed->parts << " part(s); "
+                    << streamed->early_bytes << " bytes went before it ended");
   }
   if (!streamed.ok() && (streamed.status().code() == StatusCode::kCancelled ||
                          streamed.status().code() == StatusCode::kFailedPrecondition)) {
     // Abandoned, or not the bytes streamed: the same grant, whole (its
     // parts replace those sent).
-    if (DebugLog()) {
-      std::cerr << "xsilo " << name_ << " rank " << rank() << " -> rank " << peer
-                << ": uploading whole: " << streamed.status().ToString() << "\n";
-    }
+    XSILO_LOG(kLog, kDebug,
+              name_ << " rank " << rank() << " -> rank " << peer
+                    << ": uploading whole: " << streamed.status().ToString());
     put = PutThroughGrant(*grant, prepared, peer);
   }
   return GrantStub(std::move(*m), std::move(big), *grant, prepared, put, peer);

@@ -43,6 +43,7 @@
 
 #include "hybrid/auto_router.h"
 #include "xsilo/core/codec.h"
+#include "xsilo/core/log.h"
 #include "xsilo/hybrid/hybrid.h"
 #include "xsilo/transport/forwarding.h"
 
@@ -107,8 +108,9 @@ inline constexpr const char* kProbeType = "xsilo.auto.probe";
 
 // Steady clock, ns.
 int64_t NowNs();
-// XSILO_DEBUG set (non-empty, not "0"): the adaptive backend logs its choices.
-bool DebugLog();
+// The hybrid's log lines (xsilo/core/log.h): its choices and transfers at
+// debug, what it gives up on at warn.
+inline constinit LogComponent kLog("hybrid");
 
 // A payload on its way to the store: its bytes with the digest of their
 // block checksums as payload.checksum, and the checksums as the stub's

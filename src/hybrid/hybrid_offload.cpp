@@ -1,7 +1,6 @@
 // HybridTransport's offload: big tensors uploaded once per content (found
 // by the Buffers they came from, then by digest), and the bookkeeping of
 // stored objects until every receiver acknowledged them.
-#include <iostream>
 
 #include "hybrid/hybrid_internal.h"
 
@@ -40,10 +39,9 @@ Result<Message> HybridTransport::Offload(Message m, const std::vector<int32_t>& 
     known = objects_by_identity_.count(identity) > 0;
   }
   if (!known) return OffloadNew(std::move(m), std::move(prepared), identity, receivers);
-  if (DebugLog()) {
-    std::cerr << "xsilo " << name_ << " rank " << rank()
-              << ": hashing first: the payload's Buffers are those of an object still stored\n";
-  }
+  XSILO_LOG(kLog, kDebug,
+            name_ << " rank " << rank()
+                  << ": hashing first: the payload's Buffers are those of an object still stored");
   // Bytes from where an object still stored came from: hash first, and
   // upload only if the content changed.
   HashPrepared(&prepared);
@@ -160,10 +158,9 @@ Result<HybridTransport::Stored> HybridTransport::PutObject(const GatherList& byt
   if (router_) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     router_->OnStoreWrite(bytes.size, seconds);
-    if (DebugLog()) {
-      std::cerr << "xsilo " << name_ << " rank " << rank() << ": stored " << bytes.size
-                << " bytes in " << seconds * 1e3 << " ms\n";
-    }
+    XSILO_LOG(kLog, kDebug,
+              name_ << " rank " << rank() << ": stored " << bytes.size << " bytes in "
+                    << seconds * 1e3 << " ms");
   }
   return out;
 }

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <iostream>
 #include <limits>
 
 #include "hybrid/hybrid_internal.h"
@@ -46,19 +45,19 @@ std::optional<Route> HybridTransport::ChooseRoute(uint64_t bytes, const std::vec
       router_->WaitSettled(peers);  // ProbeSet again at every echo
     }
     const double waited = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-    if (DebugLog() && waited >= 1) {
-      std::cerr << "xsilo " << name_ << " rank " << rank() << ": waited " << waited
-                << " ms for the probes or echoes of " << probed.size() << " of " << peers.size()
-                << " receivers\n";
+    if (waited >= 1) {
+      XSILO_LOG(kLog, kDebug,
+                name_ << " rank " << rank() << ": waited " << waited
+                      << " ms for the probes or echoes of " << probed.size() << " of "
+                      << peers.size() << " receivers");
     }
   }
   AutoChoice c = router_->Choose(peers, bytes, store);
-  if (DebugLog()) {
-    std::cerr << "xsilo " << name_ << " rank " << rank() << " -> "
-              << (peers.size() == 1 ? "rank " + std::to_string(peers[0])
-                                    : std::to_string(peers.size()) + " ranks")
-              << ": " << c.reason << "\n";
-  }
+  XSILO_LOG(kLog, kDebug,
+            name_ << " rank " << rank() << " -> "
+                  << (peers.size() == 1 ? "rank " + std::to_string(peers[0])
+                                        : std::to_string(peers.size()) + " ranks")
+                  << ": " << c.reason);
   Route r;
   r.store = c.path == AutoPath::kStore;
   r.stripe = c.path == AutoPath::kStriped ? c.streams : 1;
@@ -92,9 +91,11 @@ void HybridTransport::MaybePing(const std::vector<int32_t>& peers) {
     ping.type = kPingType;
     ping.params["t"] = NowNs();
     inner().SendAsync(p, std::move(ping), [this, p](const Status& s) {
-      if (DebugLog() && !s.ok())
-        std::cerr << "xsilo " << name_ << " rank " << rank() << ": echo to rank " << p
-                  << " not sent: " << s.ToString() << "\n";
+      if (!s.ok()) {
+        XSILO_LOG(
+            kLog, kDebug,
+            name_ << " rank " << rank() << ": echo to rank " << p << " not sent: " << s.ToString());
+      }
     });
   }
 }
@@ -139,11 +140,9 @@ void HybridTransport::ProbeLink(int32_t peer) {
   for (int i = 0; i < AutoRouter::kInlineProbes; ++i) {
     auto seconds = SendProbeInline(peer, AutoRouter::kInlineProbeBytes);
     if (!seconds.ok()) return;
-    if (DebugLog()) {
-      std::cerr << "xsilo " << name_ << " rank " << rank() << " -> rank " << peer
-                << ": inline probe of " << AutoRouter::kInlineProbeBytes << " bytes took "
-                << *seconds * 1e3 << " ms\n";
-    }
+    XSILO_LOG(kLog, kDebug,
+              name_ << " rank " << rank() << " -> rank " << peer << ": inline probe of "
+                    << AutoRouter::kInlineProbeBytes << " bytes took " << *seconds * 1e3 << " ms");
     fastest = std::min(fastest, *seconds);
   }
   router_->OnTransfer(peer, AutoRouter::kInlineProbeBytes, fastest, 1);
@@ -229,11 +228,11 @@ SendCallback HybridTransport::TimeInlineBroadcast(const std::vector<int32_t>& pe
     if (s.ok()) {
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       router_->OnInlineBroadcast(receivers, bytes, seconds);
-      if (DebugLog()) {
-        std::cerr << "xsilo " << name_ << " rank " << rank() << ": inline broadcast of " << bytes
-                  << " bytes to " << receivers << " receivers took " << seconds * 1e3
-                  << " ms; sender egress now " << router_->sender_egress_Bps() / 1e6 << " MB/s\n";
-      }
+      XSILO_LOG(kLog, kDebug,
+                name_ << " rank " << rank() << ": inline broadcast of " << bytes << " bytes to "
+                      << receivers << " receivers took " << seconds * 1e3
+                      << " ms; sender egress now " << router_->sender_egress_Bps() / 1e6
+                      << " MB/s");
     }
     done(s);
   };
@@ -251,9 +250,9 @@ void HybridTransport::OnEcho(const Message& m) {
   auto t = m.GetInt("t");
   if (!router_ || !t.ok()) return;
   const int64_t ns = NowNs() - *t;
-  if (DebugLog())
-    std::cerr << "xsilo " << name_ << " rank " << rank() << ": echo from rank " << m.sender
-              << " in " << static_cast<double>(ns) * 1e-6 << " ms\n";
+  XSILO_LOG(kLog, kDebug,
+            name_ << " rank " << rank() << ": echo from rank " << m.sender << " in "
+                  << static_cast<double>(ns) * 1e-6 << " ms");
   router_->OnRtt(m.sender, static_cast<double>(ns) * 1e-9);
   MaybePing({m.sender});  // the start's echoes go back to back
   if (router_->ProbeDue(m.sender)) StartProbe(m.sender);

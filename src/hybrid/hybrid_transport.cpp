@@ -3,7 +3,6 @@
 // (hybrid_internal.h lists the other parts.)
 #include <algorithm>
 #include <cstdlib>
-#include <iostream>
 
 #include "hybrid/hybrid_internal.h"
 
@@ -12,14 +11,6 @@ namespace xsilo::hybrid_detail {
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
       .count();
-}
-
-// XSILO_DEBUG set (non-empty, not "0"): the adaptive backend logs its choices.
-// Read at each call (a scan of the environment, next to a message's cost),
-// so that a process may turn it on after its first transport.
-bool DebugLog() {
-  const char* v = std::getenv("XSILO_DEBUG");
-  return v != nullptr && *v != 0 && std::string_view(v) != "0";
 }
 
 Status HybridTransport::Start() {

@@ -20,6 +20,7 @@
 //    Packets are read into a spare large slot; small ones (ACKs) are copied
 //    into a small slot so the large slot is reused at once.
 #include "router.h"
+#include "xsilo/core/log.h"
 
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
@@ -37,6 +38,8 @@
 namespace xsilo::netem::internal {
 
 namespace {
+
+constinit LogComponent kLog("netem");
 
 constexpr uint32_t kSmallSlot = 2048;
 constexpr int kReadBatch = 64;
@@ -241,20 +244,19 @@ class Router {
     if (!config_.reload) return;
     auto r = config_.reload();
     if (!r.ok()) {
-      fprintf(stderr, "router: links not changed: %s\n", r.status().ToString().c_str());
+      XSILO_LOG(kLog, kWarn, "router: links not changed: " << r.status().ToString());
       return;
     }
     const size_t n = static_cast<size_t>(sites_);
     bool square = r->links.size() == n;
     for (const auto& row : r->links) square = square && row.size() == n;
     if (!square) {
-      fprintf(stderr, "router: links not changed: not %zu x %zu\n", n, n);
+      XSILO_LOG(kLog, kWarn, "router: links not changed: not " << n << " x " << n);
       return;
     }
     ApplyShapes(r->links);
     links_version_ = r->version;
-    fprintf(stderr, "router: links version %llu applied\n",
-            static_cast<unsigned long long>(links_version_));
+    XSILO_LOG(kLog, kInfo, "router: links version " << links_version_ << " applied");
     WriteStats();  // SetLinks waits for this version to appear
   }
 

@@ -26,6 +26,7 @@
 #include "instance_internal.h"
 #include "router.h"
 #include "sys.h"
+#include "xsilo/core/log.h"
 
 namespace xsilo::netem::internal {
 
@@ -197,7 +198,8 @@ Status ApplyTcpLimits(const Site& s) {
   close(ready_fd);
   Status s = internal::RunRouter(config);
   if (!s.ok()) {
-    fprintf(stderr, "router: %s\n", s.ToString().c_str());
+    static constinit LogComponent log("netem");
+    XSILO_LOG(log, kError, "router: " << s.ToString());
     _exit(1);
   }
   _exit(0);

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "store/builtin.h"
+#include "xsilo/core/log.h"
 
 namespace xsilo {
 
@@ -133,7 +134,8 @@ std::string RandomObjectId() {
     ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      std::fprintf(stderr, "xsilo: getrandom failed: %s\n", std::strerror(errno));
+      static constinit LogComponent log("store");
+      XSILO_LOG(log, kError, "getrandom failed: " << std::strerror(errno));
       std::abort();  // never hand out an id or a secret that is not random
     }
     got += static_cast<size_t>(n);

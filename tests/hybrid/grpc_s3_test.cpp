@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "hybrid/embedded_s3.h"
+#include "log_capture.h"
 #include "s3/s3rver.h"
 #include "transport/conformance.h"
 #include "transport/test_util.h"
@@ -471,35 +472,26 @@ struct GrantPair {
 
 // The hybrid's log of a failing grant upload, debug lines included, quotes
 // no presigned URL's signature or credential: the object server stops after
-// the grants were issued, so the client's upload fails, is reported on
-// stderr, and the message goes inline. fd 2 is captured to a file.
+// the grants were issued, so the client's upload fails, is logged, and the
+// message goes inline. The log is captured at debug.
 TEST(GrpcS3, AFailingGrantUploadLogsNoSignature) {
   GrantPair pair;
   ASSERT_NO_FATAL_FAILURE(pair.Start());
   ASSERT_NO_FATAL_FAILURE(pair.Grant());
   pair.s3.reset();  // every URL of the client's grants now fails to connect
-  const std::string log =
-      std::filesystem::temp_directory_path() / ("xsilo-grant-log-" + std::to_string(::getpid()));
-  std::fflush(stderr);
-  const int saved = ::dup(2);
-  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  ASSERT_GE(fd, 0);
-  ::dup2(fd, 2);
-  ::close(fd);
-  ::setenv("XSILO_DEBUG", "1", 1);
-  Status sent = pair.client->Send(0, PatternMessage((3 << 20) + 5, 4, 0), 60s);
-  auto got = pair.server->Receive(60s);
-  ::unsetenv("XSILO_DEBUG");
-  std::cerr.flush();
-  std::fflush(stderr);
-  ::dup2(saved, 2);
-  ::close(saved);
+  std::string text;
+  Status sent;
+  Result<Message> got = Unavailable("not received");
+  {
+    LogCapture log("debug");
+    sent = pair.client->Send(0, PatternMessage((3 << 20) + 5, 4, 0), 60s);
+    got = pair.server->Receive(60s);
+    text = log.text();
+  }
   ASSERT_TRUE(sent.ok()) << sent.ToString();
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_TRUE(PatternIntact(*got)) << "the message went inline, whole";
 
-  std::ifstream in(log);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   // The failing path ran and named the URL it failed on.
   ASSERT_NE(text.find("failed, sending inline"), std::string::npos) << text;
   ASSERT_NE(text.find("redacted"), std::string::npos) << "no URL was named:\n" << text;
@@ -513,7 +505,6 @@ TEST(GrpcS3, AFailingGrantUploadLogsNoSignature) {
           << text;
     }
   }
-  std::filesystem::remove(log);
 }
 
 // A message still being produced goes up through a multipart grant as it

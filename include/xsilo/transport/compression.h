@@ -41,7 +41,7 @@
 // send would have on its worker. A message is
 // decoded on the inner transport's delivering thread, before it reaches the
 // inbox. A message that cannot be decoded (corrupt, or a delta whose
-// reference this party does not hold) is dropped with a line on stderr,
+// reference this party does not hold) is dropped and logged at warn,
 // never delivered half decoded.
 #pragma once
 

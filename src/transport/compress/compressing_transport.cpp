@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <iostream>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -16,6 +15,7 @@
 
 #include "xsilo/core/cpus.h"
 #include "xsilo/core/encode_stream.h"
+#include "xsilo/core/log.h"
 #include "xsilo/transport/compression.h"
 #include "xsilo/transport/forwarding.h"
 
@@ -27,14 +27,8 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kPrefix = "compression.";
 
-// XSILO_DEBUG set (non-empty, not "0"): each choice goes to stderr.
-bool DebugLog() {
-  static const bool on = [] {
-    const char* v = std::getenv("XSILO_DEBUG");
-    return v != nullptr && *v != 0 && std::string(v) != "0";
-  }();
-  return on;
-}
+// Each choice at debug, a message dropped at warn.
+constinit LogComponent kLog("compression");
 
 std::string Fixed(double x, int digits) {
   char buf[64];
@@ -326,10 +320,8 @@ class CompressingTransport final : public ForwardingTransport {
       }
       if (stream) choice.reason += ", streamed";
     }
-    if (DebugLog()) {
-      std::cerr << "xsilo compression rank " << rank() << " -> " << PeersText(peers) << ": "
-                << choice.reason << "\n";
-    }
+    XSILO_LOG(kLog, kDebug,
+              "rank " << rank() << " -> " << PeersText(peers) << ": " << choice.reason);
     {
       const bool streamed = stream != nullptr;
       std::lock_guard<std::mutex> lock(mu_);
@@ -733,8 +725,9 @@ class CompressingTransport final : public ForwardingTransport {
       }
       Status s = DecompressMessage(&m, Lookup(&pin), policy_.codec, &decoded, onto, &moved);
       if (!s.ok()) {
-        std::cerr << "xsilo compression rank " << rank() << ": dropping message from rank "
-                  << m.sender << ": " << s.ToString() << "\n";
+        XSILO_LOG(kLog, kWarn,
+                  "rank " << rank() << ": dropping message from rank " << m.sender << ": "
+                          << s.ToString());
         return Status::OK();
       }
       std::lock_guard<std::mutex> lock(mu_);
@@ -821,7 +814,7 @@ class CompressingTransport final : public ForwardingTransport {
       std::lock_guard<std::mutex> lock(mu_);
       ++summary_.references_skipped;
     }
-    if (DebugLog()) std::cerr << "xsilo compression rank " << rank() << what << "\n";
+    XSILO_LOG(kLog, kDebug, "rank " << rank() << what);
   }
 
   // Keeps a sample's speeds as the recipe's (CannotPay); false when it
@@ -895,10 +888,11 @@ class CompressingTransport final : public ForwardingTransport {
       t.data = std::move(out);
       ++corrected;
     }
-    if (DebugLog() && corrected > 0) {
-      std::cerr << "xsilo compression rank " << rank() << ": update from rank " << m->sender
-                << " moved onto our own tensors of reference " << base << " (" << corrected
-                << " tensors; it was made from their lossy cast)\n";
+    if (corrected > 0) {
+      XSILO_LOG(kLog, kDebug,
+                "rank " << rank() << ": update from rank " << m->sender
+                        << " moved onto our own tensors of reference " << base << " (" << corrected
+                        << " tensors; it was made from their lossy cast)");
     }
   }
 

@@ -27,7 +27,7 @@
 // frame (core/codec), damaged, and sent as one opaque tensor in a wrapper
 // message through the inner transport. The receiving decorator decodes the
 // frame, checksums verified, as a transport's receiver would: a frame that
-// fails is refused (reported on stderr, counted in `refused`) and never
+// fails is refused (logged at warn, counted in `refused`) and never
 // delivered. Undamaged messages pass through untouched (no copy).
 #include <algorithm>
 #include <atomic>
@@ -39,6 +39,7 @@
 #include "transport/faulty/faulty.h"
 #include "xsilo/core/codec.h"
 #include "xsilo/core/encode_stream.h"
+#include "xsilo/core/log.h"
 #include "xsilo/transport/forwarding.h"
 
 namespace xsilo {
@@ -46,6 +47,9 @@ namespace xsilo {
 namespace {
 
 using fault::Draw;
+
+// A message refused after its frame was damaged, at warn.
+constinit LogComponent kLog("faulty");
 
 // The wrapper type of a damaged frame; not a valid application type.
 constexpr const char* kFrameType = "xsilo.faulty/frame";
@@ -272,8 +276,9 @@ class FaultyTransport final : public ForwardingTransport, private StreamSink {
               : DecodeMessage(it->second.data, Limits());
       if (!decoded.ok()) {
         ++refused_;
-        std::fprintf(stderr, "%s rank %d: refused a message from rank %d: %s\n", name_.c_str(),
-                     rank(), m.sender, decoded.status().ToString().c_str());
+        XSILO_LOG(kLog, kWarn,
+                  name_ << " rank " << rank() << ": refused a message from rank " << m.sender
+                        << ": " << decoded.status().ToString());
         return Status::OK();
       }
       decoded->sender = m.sender;

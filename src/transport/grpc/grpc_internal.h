@@ -21,9 +21,12 @@
 #include "transport/grpc/link.h"
 #include "transport/grpc/options.h"
 #include "transport/grpc/wire.h"
+#include "xsilo/core/log.h"
 #include "xsilo/transport/transport.h"
 
 namespace xsilo::grpc_detail {
+
+inline constinit LogComponent kGrpcLog("grpc");
 
 using grpclink::Arrival;
 using grpclink::Clock;
@@ -198,8 +201,9 @@ class GrpcTransport final : public Transport {
   }
   void DeliveryLoop();
   void JanitorLoop();
+  // What the transport refuses, drops or loses, at warn.
   void Log(const std::string& what) const {
-    std::fprintf(stderr, "xsilo grpc rank %d: %s\n", rank(), what.c_str());
+    XSILO_LOG(kGrpcLog, kWarn, "rank " << rank() << ": " << what);
   }
 
   const GrpcOptions g_;

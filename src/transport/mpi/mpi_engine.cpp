@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "transport/mpi/mpi_engine_internal.h"
+#include "xsilo/core/log.h"
 
 namespace xsilo::mpi {
 
@@ -15,7 +16,10 @@ std::string MpiError(int code, const std::string& what) {
   return what + ": " + (len > 0 ? std::string(text, len) : "MPI error " + std::to_string(code));
 }
 
-void LogProblem(const std::string& text) { std::fprintf(stderr, "xsilo mpi: %s\n", text.c_str()); }
+void LogProblem(const std::string& text) {
+  static constinit LogComponent log("mpi");
+  XSILO_LOG(log, kWarn, text);
+}
 
 namespace {
 

@@ -12,10 +12,13 @@
 #include "transport/builtin.h"
 #include "transport/mpi/mpi_engine.h"
 #include "xsilo/core/codec.h"
+#include "xsilo/core/log.h"
 
 namespace xsilo {
 
 namespace {
+
+constinit LogComponent kLog("mpi");
 
 struct MpiSettings {
   uint64_t chunk_bytes = mpi::kMaxChunkBytes;
@@ -244,8 +247,9 @@ class MpiTransport final : public Transport {
       if (!r.ok()) return;
       auto m = DecodeMessage(r->frame, limits);
       if (!m.ok()) {
-        std::fprintf(stderr, "xsilo %s: dropping a message from rank %d: %s\n",
-                     std::string(name()).c_str(), r->source, m.status().ToString().c_str());
+        XSILO_LOG(kLog, kWarn,
+                  name() << ": dropping a message from rank " << r->source << ": "
+                         << m.status().ToString());
         continue;
       }
       m->sender = r->source;

@@ -19,10 +19,13 @@
 #include "transport/builtin.h"
 #include "transport/tensorpipe/descriptor.h"
 #include "transport/tensorpipe/options.h"
+#include "xsilo/core/log.h"
 
 namespace xsilo {
 
 namespace {
+
+constinit LogComponent kLog("tensorpipe");
 
 using namespace std::chrono_literals;
 using tplink::IncomingPlan;
@@ -165,8 +168,9 @@ class TensorPipeTransport final : public Transport {
     bool ok_ = false;
   };
 
+  // What the transport refuses, drops or loses, at warn.
   void Log(const std::string& what) const {
-    std::fprintf(stderr, "xsilo tensorpipe rank %d: %s\n", rank(), what.c_str());
+    XSILO_LOG(kLog, kWarn, "rank " << rank() << ": " << what);
   }
 
   Status CheckDestination(int32_t peer) const {
@@ -475,7 +479,7 @@ class TensorPipeTransport final : public Transport {
   void PipeFailed(int32_t peer, const std::shared_ptr<tensorpipe::Pipe>& pipe,
                   const tensorpipe::Error& err) {
     // EOF is the peer stopping cleanly (uv reports it as a UVError named
-    // EOF); not worth a line on stderr.
+    // EOF); not worth a log line.
     const bool clean = err.isOfType<tensorpipe::PipeClosedError>() ||
                        err.isOfType<tensorpipe::EOFError>() || err.what().rfind("EOF:", 0) == 0;
     if (!stopping_ && !clean) {
