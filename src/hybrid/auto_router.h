@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "transport/auto/auto_policy.h"
-#include "transport/auto/link_estimator.h"
+#include "hybrid/auto/auto_policy.h"
+#include "hybrid/auto/link_estimator.h"
 
 namespace xsilo {
 

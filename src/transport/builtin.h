@@ -15,4 +15,10 @@ TransportFactory MpiBufferTransportFactory();
 // TensorPipe (src/transport/tensorpipe/); only in builds with XSILO_HAVE_TENSORPIPE.
 TransportFactory TensorPipeTransportFactory();
 
+// faulty(<transport>) (src/transport/faulty/): wraps `inner`; `options` are
+// the decorator's (fault.* keys in options.backend, everything else was the
+// inner transport's).
+Result<std::unique_ptr<Transport>> MakeFaultyTransport(std::unique_ptr<Transport> inner,
+                                                       const TransportOptions& options);
+
 }  // namespace xsilo

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "transport/builtin.h"
-#include "transport/faulty/faulty.h"
 #include "xsilo/transport/compression.h"
 
 namespace xsilo {

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "transport/builtin.h"
 #include "transport/faulty/faulty.h"
 #include "transport/test_util.h"
 #include "xsilo/core/encode_stream.h"

@@ -24,9 +24,6 @@ struct InjectedTransportFaults {
 // nullopt when `transport` is not a faulty transport.
 std::optional<InjectedTransportFaults> InjectedFaultsOf(const Transport& transport);
 
-// Wraps `inner`; `options` are the decorator's (fault.* keys in
-// options.backend, everything else was the inner transport's).
-Result<std::unique_ptr<Transport>> MakeFaultyTransport(std::unique_ptr<Transport> inner,
-                                                       const TransportOptions& options);
+// MakeFaultyTransport, the decorator's factory: transport/builtin.h.
 
 }  // namespace xsilo

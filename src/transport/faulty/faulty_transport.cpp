@@ -36,6 +36,7 @@
 #include <thread>
 
 #include "core/fault_draw.h"
+#include "transport/builtin.h"
 #include "transport/faulty/faulty.h"
 #include "xsilo/core/codec.h"
 #include "xsilo/core/encode_stream.h"

@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "transport/auto/auto_policy.h"
-#include "transport/auto/link_estimator.h"
+#include "hybrid/auto/auto_policy.h"
+#include "hybrid/auto/link_estimator.h"
 
 namespace xsilo {
 namespace {

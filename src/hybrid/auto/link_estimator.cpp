@@ -1,4 +1,4 @@
-#include "transport/auto/link_estimator.h"
+#include "hybrid/auto/link_estimator.h"
 
 #include <algorithm>
 #include <cmath>

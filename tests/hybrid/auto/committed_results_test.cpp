@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "transport/auto/auto_policy.h"
+#include "hybrid/auto/auto_policy.h"
 
 namespace xsilo {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "transport/auto/link_estimate.h"
+#include "hybrid/auto/link_estimate.h"
 
 namespace xsilo {
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include "transport/auto/link_estimate.h"
+#include "hybrid/auto/link_estimate.h"
 
 namespace xsilo {
 

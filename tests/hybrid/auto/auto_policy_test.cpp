@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "transport/auto/auto_policy.h"
+#include "hybrid/auto/auto_policy.h"
 
 namespace xsilo {
 namespace {

@@ -1,4 +1,4 @@
-#include "transport/auto/auto_policy.h"
+#include "hybrid/auto/auto_policy.h"
 
 #include <algorithm>
 #include <cmath>
