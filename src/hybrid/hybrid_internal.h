@@ -163,10 +163,12 @@ class HybridTransport final : private KeepAlive,
         ForwardingTransport(options, std::move(inner)),
         connector_(std::move(connector)),
         hybrid_(hybrid),
-        name_((hybrid.adaptive ? std::string("auto") : std::string(this->inner().name())) + "+" +
-              (connector_ ? std::string(connector_->type()) : connector_type)),
-        router_(hybrid.adaptive ? std::make_unique<AutoRouter>(StripePolicy(hybrid.stripe_streams))
-                                : nullptr),
+        name_((hybrid.offload == Offload::kAdaptive ? std::string("auto")
+                                                    : std::string(this->inner().name())) +
+              "+" + (connector_ ? std::string(connector_->type()) : connector_type)),
+        router_(hybrid.offload == Offload::kAdaptive
+                    ? std::make_unique<AutoRouter>(StripePolicy(hybrid.stripe_streams))
+                    : nullptr),
         pool_(hybrid.recycle_bytes > 0
                   ? std::make_shared<BufferPool>(hybrid.recycle_bytes, std::chrono::seconds(5))
                   : nullptr) {}

@@ -26,7 +26,7 @@ Result<Message> HybridTransport::Offload(Message m, const std::vector<int32_t>& 
   if (route) *stripe = route->stripe;
   if (route && !route->store) return m;
   // Adaptive: all of the payload goes to the store.
-  const uint64_t threshold = route ? 1 : hybrid_.threshold_bytes;
+  const uint64_t threshold = route ? 1 : hybrid_.store_threshold();
   TensorMap big = TakeTensors(&m, threshold);
   if (big.empty()) return m;
   if (!connector_) return OffloadThroughGrant(std::move(m), std::move(big), peers[0]);

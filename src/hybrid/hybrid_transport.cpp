@@ -93,7 +93,7 @@ void HybridTransport::BroadcastAsync(std::vector<int32_t> peers, Message message
 }
 
 bool HybridTransport::StreamsSends(int32_t peer) {
-  if (connector_ || !(router_ || hybrid_.threshold_bytes <= 1) || !CheckPeer(peer).ok()) {
+  if (connector_ || !(router_ || hybrid_.store_threshold() <= 1) || !CheckPeer(peer).ok()) {
     return false;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -211,7 +211,7 @@ std::optional<Route> HybridTransport::RouteNow(const Message& m,
   if (!connector_ && peers.size() != 1) return Route{};  // no storage access: inline
   if (!router_) {
     for (const auto& [name, t] : m.tensors) {
-      if (t.nbytes() > 0 && t.nbytes() >= hybrid_.threshold_bytes) return std::nullopt;
+      if (t.nbytes() > 0 && t.nbytes() >= hybrid_.store_threshold()) return std::nullopt;
     }
     return Route{};
   }

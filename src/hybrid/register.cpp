@@ -10,6 +10,55 @@ namespace xsilo {
 namespace {
 
 constexpr const char* kStorePrefix = "store.";
+constexpr int64_t kNoMax = INT64_MAX;
+
+// The keys of <transport>+<connector> the hybrid reads itself: its own, and
+// the store.* keys of the embedded object server (the other store.* keys
+// are the connector's). HybridOptions' defaults are these.
+const OptionTable& Table() {
+  using T = OptionType;
+  static const OptionTable table(
+      "hybrid",
+      {
+          {"threshold", T::kString, "10485760", 0, 0, "",
+           "bytes, or always / never: tensors this big go through the store; refused by "
+           "auto+<connector>"},
+          {"ttl_ms", T::kMillis, "600000", 1, kNoMax, "",
+           "an object not confirmed by all its receivers is evicted this long after its upload"},
+          {"presign_s", T::kSeconds, "3600", 0, kNoMax, "",
+           "validity of presigned URLs in stubs when the store presigns; 0 = off (the embedded "
+           "server needs > 0)"},
+          {"connections", T::kInt, "32", 1, kNoMax, "",
+           "parallel connections of presigned transfers (ranged GETs, grant parts); above 256 "
+           "means 256"},
+          {"min_part_bytes", T::kBytes, "5242880", 1, kNoMax, "",
+           "smallest multipart part of a grant upload (65536 with the embedded object server)"},
+          {"grants", T::kFlag, "0", 0, 0, "",
+           "attach presigned upload grants to sends; always on with the embedded object server"},
+          {"recycle_bytes", T::kBytes, "2147483648", 0, kNoMax, "",
+           "idle storage of URL downloads kept for reuse; 0 = off; also a grpc or auto base's"},
+          {"workers", T::kInt, "2", 1, kNoMax, "",
+           "threads that prepare and upload sends; above 64 means 64"},
+          {"store.embedded", T::kFlag, "", 0, 0, "",
+           "s3: 1 = rank 0 runs the embedded object server; default 1 exactly when "
+           "store.endpoint is absent"},
+          {"store.embedded_bind", T::kString, "", 0, 0, "",
+           "s3, embedded: the address it binds; empty: the transport address's host (127.0.0.1 "
+           "for a wildcard)"},
+          {"store.embedded_port", T::kInt, "0", 0, 65535, "",
+           "s3, embedded: its port; 0 = ephemeral"},
+          {"store.embedded_advertise", T::kString, "", 0, 0, "",
+           "s3, embedded: host:port the other parties reach it at; URLs are presigned for it"},
+          {"store.tls_cert", T::kString, "", 0, 0, "",
+           "s3, embedded: PEM certificate (with store.tls_key); it then serves https"},
+          {"store.tls_key", T::kString, "", 0, 0, "",
+           "s3, embedded: PEM private key file of store.tls_cert"},
+          {"store.ca_file", T::kString, "", 0, 0, "",
+           "PEM roots verifying an https object server, for the presigned transfers (and the "
+           "s3 connector's own)"},
+      });
+  return table;
+}
 
 Result<int64_t> ParseInt(const std::string& key, const std::string& value, int64_t min) {
   int64_t v = 0;
@@ -34,48 +83,50 @@ std::string HostOf(const std::string& address) {
 Result<std::unique_ptr<Transport>> Compose(const std::string& base,
                                            const std::string& connector_type,
                                            const TransportOptions& options) {
+  const OptionTable& table = Table();
   TransportOptions inner_options = options;
   inner_options.backend.clear();
   ConnectorConfig store{connector_type, {}};
-  HybridOptions hybrid;
+  OptionMap own;  // the hybrid's keys, whole; the embedded server's go to `store` too
   for (const auto& [k, v] : options.backend) {
+    if (table.Find(k) != nullptr) own[k] = v;
+    if (k == "recycle_bytes" && (base == "grpc" || base == "auto")) inner_options.backend[k] = v;
     if (k.rfind(kStorePrefix, 0) == 0) {
       store.options[k.substr(std::string(kStorePrefix).size())] = v;
-    } else if (k == "threshold") {
-      if (v == "always")
-        hybrid.threshold_bytes = 0;
-      else if (v == "never")
-        hybrid.threshold_bytes = UINT64_MAX;
-      else {
-        XSILO_ASSIGN_OR_RETURN(int64_t t, ParseInt(k, v, 0));
-        hybrid.threshold_bytes = static_cast<uint64_t>(t);
-      }
-    } else if (k == "ttl_ms") {
-      XSILO_ASSIGN_OR_RETURN(int64_t t, ParseInt(k, v, 1));
-      hybrid.ttl = std::chrono::milliseconds(t);
-    } else if (k == "presign_s") {
-      XSILO_ASSIGN_OR_RETURN(int64_t t, ParseInt(k, v, 0));
-      hybrid.presign_expiry = std::chrono::seconds(t);
-    } else if (k == "connections") {
-      XSILO_ASSIGN_OR_RETURN(int64_t t, ParseInt(k, v, 1));
-      hybrid.url_connections = static_cast<int>(std::min<int64_t>(t, 256));
-    } else if (k == "min_part_bytes") {
-      XSILO_ASSIGN_OR_RETURN(int64_t t, ParseInt(k, v, 1));
-      hybrid.min_part_bytes = static_cast<uint64_t>(t);
-    } else if (k == "grants") {
-      if (v != "0" && v != "1") return InvalidArgument("hybrid option grants must be 0 or 1");
-      hybrid.grant_uploads = v == "1";
-    } else if (k == "recycle_bytes") {
-      XSILO_ASSIGN_OR_RETURN(int64_t t, ParseInt(k, v, 0));
-      hybrid.recycle_bytes = static_cast<uint64_t>(t);
-      if (base == "grpc" || base == "auto") inner_options.backend[k] = v;
-    } else if (k == "workers") {
-      XSILO_ASSIGN_OR_RETURN(int64_t t, ParseInt(k, v, 1));
-      hybrid.workers = static_cast<int>(std::min<int64_t>(t, 64));
-    } else {
+    } else if (table.Find(k) == nullptr) {
       inner_options.backend[k] = v;
     }
   }
+  if (connector_type != "s3") {
+    for (const auto& [k, v] : own) {
+      if (k.rfind(kStorePrefix, 0) == 0 && k != "store.ca_file") {
+        return InvalidArgument(k + " is the s3 connector's embedded object server's, not the " +
+                               connector_type + " connector's");
+      }
+    }
+  }
+  HybridOptions hybrid;
+  if (const std::string t = table.String(own, "threshold"); t == "always") {
+    hybrid.offload = Offload::kAlways;
+  } else if (t == "never") {
+    hybrid.offload = Offload::kNever;
+  } else {
+    XSILO_ASSIGN_OR_RETURN(int64_t bytes, ParseInt("threshold", t, 0));
+    hybrid.threshold_bytes = static_cast<uint64_t>(bytes);
+  }
+  XSILO_ASSIGN_OR_RETURN(int64_t ttl_ms, table.Int(own, "ttl_ms"));
+  hybrid.ttl = std::chrono::milliseconds(ttl_ms);
+  XSILO_ASSIGN_OR_RETURN(int64_t presign_s, table.Int(own, "presign_s"));
+  hybrid.presign_expiry = std::chrono::seconds(presign_s);
+  XSILO_ASSIGN_OR_RETURN(int64_t connections, table.Int(own, "connections"));
+  hybrid.url_connections = static_cast<int>(std::min<int64_t>(connections, 256));
+  XSILO_ASSIGN_OR_RETURN(int64_t min_part, table.Int(own, "min_part_bytes"));
+  hybrid.min_part_bytes = static_cast<uint64_t>(min_part);
+  XSILO_ASSIGN_OR_RETURN(hybrid.grant_uploads, table.Flag(own, "grants"));
+  XSILO_ASSIGN_OR_RETURN(int64_t recycle, table.Int(own, "recycle_bytes"));
+  hybrid.recycle_bytes = static_cast<uint64_t>(recycle);
+  XSILO_ASSIGN_OR_RETURN(int64_t workers, table.Int(own, "workers"));
+  hybrid.workers = static_cast<int>(std::min<int64_t>(workers, 64));
   // An s3 store without an endpoint is the embedded object server: rank 0
   // runs it in a child process; the other parties hold no credentials and
   // use the presigned URLs rank 0 hands out.
@@ -106,8 +157,7 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
     auto it = store.options.find(k);
     if (it == store.options.end()) continue;
     if (std::string(k) == "embedded") {
-      if (it->second != "0" && it->second != "1")
-        return InvalidArgument("store.embedded must be 0 or 1");
+      XSILO_RETURN_IF_ERROR(table.Flag(own, "store.embedded").status());
     } else if (std::string(k) == "embedded_bind") {
       bind = it->second;
     } else if (std::string(k) == "embedded_advertise") {
@@ -123,8 +173,7 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
       }
       advertise_endpoint = (tls.cert_file.empty() ? "http://" : "https://") + a;
     } else {
-      XSILO_ASSIGN_OR_RETURN(port, ParseInt("store.embedded_port", it->second, 0));
-      if (port > 65535) return InvalidArgument("store.embedded_port must be in [0, 65535]");
+      XSILO_ASSIGN_OR_RETURN(port, table.Int(own, "store.embedded_port"));
     }
     store.options.erase(it);
   }
@@ -176,20 +225,21 @@ Result<std::unique_ptr<Transport>> Compose(const std::string& base,
     connector = std::move(c);
   }
   // "auto+<connector>": grpc underneath, the path chosen per message.
-  hybrid.adaptive = base == "auto";
-  if (hybrid.adaptive && options.backend.count("threshold")) {
+  const bool adaptive = base == "auto";
+  if (adaptive) hybrid.offload = Offload::kAdaptive;
+  if (adaptive && options.backend.count("threshold")) {
     return InvalidArgument("auto+" + connector_type +
                            " chooses inline or the store per message; 'threshold' does not apply");
   }
   if (auto it = inner_options.backend.find("streams");
-      hybrid.adaptive && it != inner_options.backend.end()) {
+      adaptive && it != inner_options.backend.end()) {
     // grpc validates the value itself (1..64); a bad one fails its Create.
     auto k = ParseInt("streams", it->second, 1);
     if (k.ok()) hybrid.stripe_streams = static_cast<int>(std::min<int64_t>(*k, 64));
   }
   XSILO_ASSIGN_OR_RETURN(
       std::unique_ptr<Transport> inner,
-      TransportRegistry::Global().Create(hybrid.adaptive ? "grpc" : base, inner_options));
+      TransportRegistry::Global().Create(adaptive ? "grpc" : base, inner_options));
   return MakeHybridTransport(options, std::move(inner), std::move(connector), hybrid,
                              connector_type, std::move(keepalive));
 }
@@ -203,8 +253,10 @@ const bool kRegistered = [] {
 
 }  // namespace
 
+const OptionTable& HybridOptionTable() { return Table(); }
+
 void RegisterHybridTransports() {
-  TransportRegistry::Global().SetCompositeFactory(Compose, ConnectorTypes());
+  TransportRegistry::Global().SetCompositeFactory(Compose, ConnectorTypes(), &Table());
 }
 
 }  // namespace xsilo

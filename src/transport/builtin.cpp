@@ -1,5 +1,7 @@
 #include "transport/builtin.h"
 
+#include "xsilo/transport/compression.h"
+
 namespace xsilo {
 
 void RegisterBuiltinTransports(TransportRegistry& registry) {
@@ -18,6 +20,11 @@ void RegisterBuiltinTransports(TransportRegistry& registry) {
 #ifdef XSILO_HAVE_TENSORPIPE
   (void)registry.Register(TensorPipeTransportFactory());
 #endif
+}
+
+std::vector<const OptionTable*> BackendOptionTables() {
+  return {&GrpcOptionTable(), &TensorPipeOptionTable(),  &InprocOptionTable(),
+          &MpiOptionTable(),  &CompressionOptionTable(), &FaultOptionTable()};
 }
 
 }  // namespace xsilo

@@ -20,5 +20,11 @@ TransportFactory TensorPipeTransportFactory();
 // inner transport's).
 Result<std::unique_ptr<Transport>> MakeFaultyTransport(std::unique_ptr<Transport> inner,
                                                        const TransportOptions& options);
+// The keys each reads (its parser reads them through the table).
+const OptionTable& FaultOptionTable();       // fault.*
+const OptionTable& GrpcOptionTable();        // grpc and auto
+const OptionTable& TensorPipeOptionTable();  // in every build, TensorPipe or not
+const OptionTable& InprocOptionTable();
+const OptionTable& MpiOptionTable();  // mpi-generic and mpi-buffer
 
 }  // namespace xsilo

@@ -71,6 +71,10 @@ Result<std::unique_ptr<Transport>> TransportRegistry::Create(
     return InvalidArgument("rank " + std::to_string(options.rank) + " outside world of " +
                            std::to_string(options.world_size));
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (Known(name)) XSILO_RETURN_IF_ERROR(CheckKeysFor(name, options));
+  }
   // compression* options wrap the whole backend (faults, when asked for,
   // then strike compressed frames).
   {
@@ -169,10 +173,73 @@ std::string TransportRegistry::Description(const std::string& name) const {
 }
 
 void TransportRegistry::SetCompositeFactory(CompositeFactory factory,
-                                            std::vector<std::string> connector_types) {
+                                            std::vector<std::string> connector_types,
+                                            const OptionTable* options) {
   std::lock_guard<std::mutex> lock(mu_);
   composite_ = std::move(factory);
   connector_types_ = std::move(connector_types);
+  composite_options_ = options;
+}
+
+Status TransportRegistry::CheckKeysFor(const std::string& name,
+                                       const TransportOptions& options) const {
+  // The layers of `name`: faulty(...), <base>+<connector>, the base.
+  std::string base = name, inner, split, connector;
+  bool faulty = false, composite = false;
+  for (bool peeled = true; peeled;) {
+    peeled = false;
+    if (Decorated(base, &inner)) {
+      faulty = peeled = true;
+      base = inner;
+    } else if (SplitComposite(base, &split, &connector)) {
+      composite = peeled = true;
+      base = split;
+    }
+  }
+  const TransportFactory* f = Find(base);
+  const OptionTable* own = f != nullptr ? f->options : nullptr;
+  const OptionTable& compression = CompressionOptionTable();
+  const OptionTable& fault = FaultOptionTable();
+  for (const auto& [k, v] : options.backend) {
+    if (compression.Find(k) != nullptr) continue;
+    if (fault.Find(k) != nullptr) {
+      if (faulty) continue;
+      return InvalidArgument("backend option '" + k + "' is fault injection's: it needs " +
+                             "faulty(<transport>), and '" + name + "' has none");
+    }
+    if (k.rfind("store.", 0) == 0 || (composite_options_ && composite_options_->Find(k))) {
+      if (composite) continue;  // the composite and its connector check these
+      if (own == nullptr || own->Find(k) == nullptr) {
+        return InvalidArgument("backend option '" + k + "' is the " +
+                               (k.rfind("store.", 0) == 0 ? "connector's" : "hybrid's") +
+                               " of <transport>+<connector> backends, and '" + name +
+                               "' has no connector");
+      }
+    }
+    if (own != nullptr && own->Find(k) != nullptr) continue;
+    for (const auto& other : factories_) {
+      if (other.options != nullptr && other.options != own && other.options->Find(k)) {
+        return InvalidArgument("backend option '" + k + "' is " + other.options->owner() +
+                               "'s, not " + base + "'s");
+      }
+    }
+    // A key of no layer: the nearest of those `name` takes.
+    std::vector<std::string> known;
+    std::vector<const OptionTable*> tables = {own, &compression};
+    if (faulty) tables.push_back(&fault);
+    if (composite) tables.push_back(composite_options_);
+    for (const OptionTable* t : tables) {
+      if (t == nullptr) continue;
+      for (const auto& row : t->rows()) known.emplace_back(row.name);
+    }
+    std::string list;
+    for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+    const std::string nearest = NearestName(k, known);
+    return InvalidArgument("unknown backend option '" + k + "' of " + name +
+                           (nearest.empty() ? "" : " (did you mean '" + nearest + "'?)") +
+                           " (known: " + list + (composite ? ", store.<connector key>" : "") + ")");
+  }
+  return Status::OK();
 }
 
 }  // namespace xsilo

@@ -196,5 +196,27 @@ TEST(Capabilities, ADecoratorOverAHybridBackendKeepsItsCapabilities) {
   }
 }
 
+// A key of another layer than the backend's own names the layer it belongs
+// to; a misspelt key of a composite names the nearest of all its layers'.
+TEST(BackendKeys, AKeyOfAnotherLayerNamesThatLayer) {
+  struct Case {
+    std::string backend, key, says;
+  };
+  for (const Case& c :
+       {Case{"grpc", "threshold", "hybrid's"}, Case{"grpc", "fault.fail", "fault injection's"},
+        Case{"grpc", "inline_bytes", "is mpi's, not grpc's"},
+        Case{"inproc", "store.bucket", "connector's"},
+        Case{"inproc+memory", "treshold", "did you mean 'threshold'?"}}) {
+    SCOPED_TRACE(c.backend + " " + c.key);
+    TransportOptions o;
+    o.world_size = 2;
+    o.address = c.backend == "grpc" ? "127.0.0.1:1" : "misplaced-key";
+    o.backend[c.key] = "1";
+    auto r = TransportRegistry::Global().Create(c.backend, o);
+    ASSERT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+    EXPECT_NE(r.status().message().find(c.says), std::string::npos) << r.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace xsilo

@@ -12,6 +12,7 @@ namespace xsilo::cli {
 void WaitForTermination();
 
 void AddVersionCommand(CLI::App& app);
+void AddBackendsCommand(CLI::App& app);  // `xsilo backends [--keys [--markdown]]`
 void AddInspectCommand(CLI::App& app);
 void AddRunCommand(CLI::App& app);
 void AddS3dCommand(CLI::App& app);

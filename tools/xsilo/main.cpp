@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(xsilo::kVersion));
   xsilo::cli::AddVersionCommand(app);
+  xsilo::cli::AddBackendsCommand(app);
   xsilo::cli::AddInspectCommand(app);
   xsilo::cli::AddRunCommand(app);
   xsilo::cli::AddS3dCommand(app);

@@ -18,15 +18,24 @@
 #include <memory>
 #include <string>
 
+#include "xsilo/core/option_table.h"
 #include "xsilo/store/connector.h"
 #include "xsilo/transport/transport.h"
 
 namespace xsilo {
 
+// Which tensors of a message travel through the connector.
+enum class Offload {
+  kThreshold,  // those of at least threshold_bytes (backend key "threshold=N")
+  kAlways,     // every tensor ("threshold=always")
+  kNever,      // none: every message inline ("threshold=never")
+  kAdaptive,   // the backend "auto+<connector>": the router picks per message
+};
+
 struct HybridOptions {
-  // Backend key "threshold": bytes, or "always" / "never". A tensor of at
-  // least this many bytes travels through the connector. Default 10 MiB,
-  // the paper's guideline.
+  // Backend key "threshold": bytes, or "always" / "never" (offload below).
+  // A tensor of at least this many bytes travels through the connector.
+  // Default 10 MiB, the paper's guideline.
   uint64_t threshold_bytes = 10ull << 20;
   // Backend key "ttl_ms": an object not confirmed by all its receivers is
   // evicted this long after its upload. Default 10 minutes.
@@ -64,13 +73,21 @@ struct HybridOptions {
   // up through a multipart grant while it is encoded (compression.stream,
   // docs/compression.md "Streamed uploads").
   bool grant_uploads = false;
-  // The backend "auto+<connector>" (docs/auto.md): instead of
-  // threshold_bytes, each message goes inline or through the connector as
-  // ChooseAutoPath picks from the measured link to its receivers (echo
-  // round trips at start and when the link changes, the time of inline
-  // sends, store transfers reported back by receivers); RouteReason() says
-  // why. Default false.
-  bool adaptive = false;
+  // kThreshold uses threshold_bytes. kAdaptive, the backend
+  // "auto+<connector>" (docs/auto.md): each message goes inline or through
+  // the connector as ChooseAutoPath picks from the measured link to its
+  // receivers (echo round trips at start and when the link changes, the
+  // time of inline sends, store transfers reported back by receivers);
+  // RouteReason() says why. Default kThreshold.
+  Offload offload = Offload::kThreshold;
+  // The least size of a tensor that travels through the connector:
+  // threshold_bytes, 0 for kAlways, UINT64_MAX for kNever. REQUIRES: not
+  // kAdaptive (the router decides).
+  uint64_t store_threshold() const {
+    return offload == Offload::kAlways  ? 0
+           : offload == Offload::kNever ? UINT64_MAX
+                                        : threshold_bytes;
+  }
   // Adaptive: the most streams a striped send uses, the inner grpc's
   // `streams` (set by the registry from that key). Each message carries
   // its own stripe (kStripeParam): 1 inline, K striped. 1 = never striped.
@@ -106,6 +123,9 @@ std::shared_ptr<Connector> HybridConnectorOf(const Transport& transport);
 // transport registry. Called automatically when the hybrid library is
 // linked; calling it again is harmless.
 void RegisterHybridTransports();
+// The keys of <transport>+<connector> the hybrid reads itself (store.* keys
+// but the embedded object server's and store.ca_file are the connector's).
+const OptionTable& HybridOptionTable();
 
 // Parameter names a hybrid stub carries (documented in docs/hybrid.md).
 inline constexpr const char* kHybridKeyParam = "xsilo.hybrid.key";

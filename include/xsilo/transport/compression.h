@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "xsilo/core/compress.h"
+#include "xsilo/core/option_table.h"
 #include "xsilo/transport/transport.h"
 
 namespace xsilo {
@@ -72,6 +73,10 @@ struct CompressionPolicy {
   // (compression.stream, 1 by default).
   bool stream = true;
 };
+
+// The compression and compression.* keys, any backend's (the decorator
+// wraps the whole backend).
+const OptionTable& CompressionOptionTable();
 
 // Whether options.backend asks for compression; if so *policy is filled
 // and *rest gets the other options. InvalidArgument for a bad value.

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "xsilo/core/option_table.h"
 #include "xsilo/transport/transport.h"
 
 namespace xsilo {
@@ -19,7 +20,16 @@ struct TransportFactory {
   // (e.g. "not launched under mpirun").
   std::function<Status()> viable;
   std::function<Result<std::unique_ptr<Transport>>(const TransportOptions&)> create;
+  // Every key of TransportOptions::backend the backend reads (its factory
+  // parses them through this table); null: it reads none.
+  const OptionTable* options = nullptr;
 };
+
+// Every key the transport layer reads, one table per owner: grpc (and
+// auto), tensorpipe (in every build), inproc, mpi, compression (any
+// backend), faulty (fault.*). The hybrid's are HybridOptionTable()
+// (xsilo/hybrid/hybrid.h). `xsilo backends --keys` prints them all.
+std::vector<const OptionTable*> BackendOptionTables();
 
 // Builds a composite backend "<transport>+<connector>" (pass by proxy). A
 // higher layer (src/hybrid) installs it; the transport layer only routes.
@@ -43,7 +53,10 @@ class TransportRegistry {
   std::vector<std::string> Names() const;
   std::string Description(const std::string& name) const;
 
-  void SetCompositeFactory(CompositeFactory factory, std::vector<std::string> connector_types);
+  // `options`: the keys the composite reads itself (the hybrid's; store.*
+  // keys are its connector's).
+  void SetCompositeFactory(CompositeFactory factory, std::vector<std::string> connector_types,
+                           const OptionTable* options = nullptr);
 
  private:
   const TransportFactory* Find(const std::string& name) const;  // caller holds mu_
@@ -52,11 +65,16 @@ class TransportRegistry {
   // Splits "grpc+s3" (or "faulty(grpc)+s3") into a base transport and a
   // connector type.
   bool SplitComposite(const std::string& name, std::string* base, std::string* connector) const;
+  // InvalidArgument for a key of options.backend that no layer of `name`
+  // reads: one another layer reads names that layer, else the nearest key
+  // of `name`'s layers. Caller holds mu_.
+  Status CheckKeysFor(const std::string& name, const TransportOptions& options) const;
 
   mutable std::mutex mu_;
   std::vector<TransportFactory> factories_;
   CompositeFactory composite_;
   std::vector<std::string> connector_types_;
+  const OptionTable* composite_options_ = nullptr;
 };
 
 }  // namespace xsilo

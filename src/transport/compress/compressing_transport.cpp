@@ -936,15 +936,6 @@ class CompressingTransport final : public ForwardingTransport {
   std::map<std::vector<int32_t>, TensorMap> residuals_;
 };
 
-Result<double> ParseDouble(const std::string& key, const std::string& s) {
-  double v = 0;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || ptr != s.data() + s.size() || !(v >= 0) || !std::isfinite(v)) {
-    return InvalidArgument("backend option " + key + "='" + s + "' is not a number >= 0");
-  }
-  return v;
-}
-
 }  // namespace
 
 bool CompressionCannotPay(uint64_t eligible_bytes, uint64_t message_bytes, double link_Bps,
@@ -1069,6 +1060,39 @@ CompressionChoice ChooseCompressionUnderCeiling(uint64_t message_bytes, double c
   return best;
 }
 
+const OptionTable& CompressionOptionTable() {
+  using T = OptionType;
+  static const OptionTable table(
+      "compression",
+      {
+          {"compression", T::kString, "none", 0, 0, "",
+           "codecs allowed: none, auto (= lossless zstd), lossless, bf16, fp16, int8, topk, "
+           "CAST+topk; none: no decorator"},
+          {"compression.when", T::kEnum, "auto", 0, 0, "auto|always",
+           "auto: compress where the prediction says it pays; always: the strongest allowed "
+           "codec every time"},
+          {"compression.level", T::kInt, "1", 1, 19, "", "zstd level"},
+          {"compression.threads", T::kInt, "0", 0, 64, "",
+           "encode/decode threads per message; 0 = the CPUs this process may use, at most 4"},
+          {"compression.int8_block", T::kInt, "256", 64, 4096, "",
+           "values per int8 block; a power of two"},
+          {"compression.min_tensor_bytes", T::kBytes, "65536", 0, int64_t{1} << 50, "",
+           "smaller tensors travel as they are"},
+          {"compression.min_message_bytes", T::kBytes, "1048576", 0, int64_t{1} << 50, "",
+           "when=auto never compresses a smaller message"},
+          {"compression.link_MBps", T::kReal, "0", 0, 0, "",
+           "MB/s assumed before a peer's link is measured; 0: send as it is and measure"},
+          {"compression.long_link_MBps", T::kReal, "600", 0, 0, "",
+           "MB/s ceiling of an unmeasured link of RTT >= 20 ms; 0: unknown, sent as it is"},
+          {"compression.topk_fraction", T::kFraction, "0.01", 1, 0, "",
+           "fraction of an update's changes top-k keeps; only with topk or CAST+topk"},
+          {"compression.stream", T::kFlag, "1", 0, 0, "",
+           "hand a message still being encoded to a transport that streams sends (grant "
+           "uploads)"},
+      });
+  return table;
+}
+
 Result<bool> ParseCompressionOptions(const TransportOptions& options, CompressionPolicy* policy,
                                      TransportOptions* rest) {
   *rest = options;
@@ -1114,63 +1138,24 @@ Result<bool> ParseCompressionOptions(const TransportOptions& options, Compressio
                            "' is none of none, auto, lossless, bf16, fp16, int8, topk, "
                            "bf16+topk, fp16+topk, int8+topk");
   }
-  auto number = [&](const std::string& key, double fallback) -> Result<double> {
-    auto it = own.find(key);
-    if (it == own.end()) return fallback;
-    return ParseDouble(key, it->second);
-  };
-  for (const auto& [k, v] : own) {
-    static const std::set<std::string> kKnown = {"compression",
-                                                 "compression.when",
-                                                 "compression.level",
-                                                 "compression.threads",
-                                                 "compression.int8_block",
-                                                 "compression.min_tensor_bytes",
-                                                 "compression.min_message_bytes",
-                                                 "compression.link_MBps",
-                                                 "compression.long_link_MBps",
-                                                 "compression.topk_fraction",
-                                                 "compression.stream"};
-    if (!kKnown.count(k)) {
-      std::string list;
-      for (const auto& n : kKnown) list += (list.empty() ? "" : ", ") + n;
-      return InvalidArgument("unknown backend option '" + k + "' (known: " + list + ")");
-    }
-  }
-  if (auto it = own.find("compression.when"); it != own.end()) {
-    if (it->second != "auto" && it->second != "always") {
-      return InvalidArgument("compression.when='" + it->second + "' is neither auto nor always");
-    }
-    p.always = it->second == "always";
-  }
-  if (auto it = own.find("compression.stream"); it != own.end()) {
-    if (it->second != "0" && it->second != "1") {
-      return InvalidArgument("compression.stream must be 0 or 1");
-    }
-    p.stream = it->second == "1";
-  }
-  XSILO_ASSIGN_OR_RETURN(double level, number("compression.level", 1));
-  XSILO_ASSIGN_OR_RETURN(double threads, number("compression.threads", 0));
-  XSILO_ASSIGN_OR_RETURN(double block, number("compression.int8_block", 256));
-  XSILO_ASSIGN_OR_RETURN(double min_tensor, number("compression.min_tensor_bytes", 64 << 10));
-  XSILO_ASSIGN_OR_RETURN(double min_message, number("compression.min_message_bytes", 1 << 20));
-  XSILO_ASSIGN_OR_RETURN(double mbps, number("compression.link_MBps", 0));
-  XSILO_ASSIGN_OR_RETURN(double long_mbps, number("compression.long_link_MBps", 600));
-  XSILO_ASSIGN_OR_RETURN(double fraction, number("compression.topk_fraction", 0.01));
-  if (!(fraction > 0) || fraction > 1) {
-    return InvalidArgument("compression.topk_fraction must be in (0, 1]");
-  }
+  const OptionTable& t = CompressionOptionTable();
+  XSILO_RETURN_IF_ERROR(t.CheckKeys(own));
+  XSILO_ASSIGN_OR_RETURN(std::string when, t.Enum(own, "compression.when"));
+  p.always = when == "always";
+  XSILO_ASSIGN_OR_RETURN(p.stream, t.Flag(own, "compression.stream"));
+  XSILO_ASSIGN_OR_RETURN(int64_t level, t.Int(own, "compression.level"));
+  XSILO_ASSIGN_OR_RETURN(int64_t threads, t.Int(own, "compression.threads"));
+  XSILO_ASSIGN_OR_RETURN(int64_t block, t.Int(own, "compression.int8_block"));
+  XSILO_ASSIGN_OR_RETURN(int64_t min_tensor, t.Int(own, "compression.min_tensor_bytes"));
+  XSILO_ASSIGN_OR_RETURN(int64_t min_message, t.Int(own, "compression.min_message_bytes"));
+  XSILO_ASSIGN_OR_RETURN(double mbps, t.Real(own, "compression.link_MBps"));
+  XSILO_ASSIGN_OR_RETURN(double long_mbps, t.Real(own, "compression.long_link_MBps"));
+  XSILO_ASSIGN_OR_RETURN(double fraction, t.Real(own, "compression.topk_fraction"));
   if (own.count("compression.topk_fraction") && !topk) {
     return InvalidArgument("compression.topk_fraction needs compression=topk or CAST+topk");
   }
-  if (level < 1 || level > 19 || level != static_cast<int>(level)) {
-    return InvalidArgument("compression.level must be an integer in 1..19");
-  }
-  if (threads > 64 || threads != static_cast<int>(threads)) {
-    return InvalidArgument("compression.threads must be an integer in 0..64");
-  }
   const auto b = static_cast<uint32_t>(block);
-  if (block != b || b < 64 || b > 4096 || (b & (b - 1)) != 0) {
+  if ((b & (b - 1)) != 0) {
     return InvalidArgument("compression.int8_block must be a power of two in 64..4096");
   }
   p.codec.zstd_level = static_cast<int>(level);

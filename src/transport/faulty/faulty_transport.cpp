@@ -360,25 +360,45 @@ std::optional<InjectedTransportFaults> InjectedFaultsOf(const Transport& transpo
   return faulty->injected();
 }
 
+const OptionTable& FaultOptionTable() {
+  using T = OptionType;
+  static const OptionTable table(
+      "faulty transport",
+      {
+          {"fault.seed", T::kU64, "0", 0, 0, "", "seeds every draw"},
+          {"fault.fail", T::kFraction, "0", 0, 0, "",
+           "probability: a send fails with Unavailable, nothing is sent"},
+          {"fault.drop", T::kFraction, "0", 0, 0, "",
+           "probability: a send is reported OK and never sent"},
+          {"fault.duplicate", T::kFraction, "0", 0, 0, "", "probability: a message is sent twice"},
+          {"fault.corrupt", T::kFraction, "0", 0, 0, "",
+           "probability: one bit of the message's frame is flipped"},
+          {"fault.truncate", T::kFraction, "0", 0, 0, "",
+           "probability: the message's frame is cut short"},
+          {"fault.delay", T::kFraction, "0", 0, 0, "",
+           "probability: the send first sleeps fault.delay_ms on the caller's thread"},
+          {"fault.delay_ms", T::kMillis, "10", 0, 600000, "", "how long a delay lasts"},
+          {"fault.cut_after_bytes", T::kU64, "0", 0, 0, "",
+           "every N frame bytes sent the connection is cut; 0 = never"},
+      });
+  return table;
+}
+
 Result<std::unique_ptr<Transport>> MakeFaultyTransport(std::unique_ptr<Transport> inner,
                                                        const TransportOptions& options) {
-  XSILO_RETURN_IF_ERROR(CheckBackendKeys(
-      options, {"fault.seed", "fault.fail", "fault.drop", "fault.duplicate", "fault.corrupt",
-                "fault.truncate", "fault.delay", "fault.delay_ms", "fault.cut_after_bytes"}));
-  const auto& o = options.backend;
-  const std::string who = "faulty transport";
+  const OptionTable& t = FaultOptionTable();
+  const OptionMap& o = options.backend;
+  XSILO_RETURN_IF_ERROR(t.CheckKeys(o));
   Rates r;
-  XSILO_ASSIGN_OR_RETURN(r.fail, fault::Probability(o, "fault.fail", who));
-  XSILO_ASSIGN_OR_RETURN(r.drop, fault::Probability(o, "fault.drop", who));
-  XSILO_ASSIGN_OR_RETURN(r.duplicate, fault::Probability(o, "fault.duplicate", who));
-  XSILO_ASSIGN_OR_RETURN(r.corrupt, fault::Probability(o, "fault.corrupt", who));
-  XSILO_ASSIGN_OR_RETURN(r.truncate, fault::Probability(o, "fault.truncate", who));
-  XSILO_ASSIGN_OR_RETURN(r.delay, fault::Probability(o, "fault.delay", who));
-  XSILO_ASSIGN_OR_RETURN(r.seed, fault::Unsigned(o, "fault.seed", who, 0));
-  XSILO_ASSIGN_OR_RETURN(r.cut_after_bytes, fault::Unsigned(o, "fault.cut_after_bytes", who, 0));
-  XSILO_ASSIGN_OR_RETURN(uint64_t delay_ms, fault::Unsigned(o, "fault.delay_ms", who, 10));
-  if (delay_ms > 600000) return InvalidArgument("faulty transport: fault.delay_ms above 600000");
-  r.delay_ms = static_cast<int64_t>(delay_ms);
+  XSILO_ASSIGN_OR_RETURN(r.fail, t.Real(o, "fault.fail"));
+  XSILO_ASSIGN_OR_RETURN(r.drop, t.Real(o, "fault.drop"));
+  XSILO_ASSIGN_OR_RETURN(r.duplicate, t.Real(o, "fault.duplicate"));
+  XSILO_ASSIGN_OR_RETURN(r.corrupt, t.Real(o, "fault.corrupt"));
+  XSILO_ASSIGN_OR_RETURN(r.truncate, t.Real(o, "fault.truncate"));
+  XSILO_ASSIGN_OR_RETURN(r.delay, t.Real(o, "fault.delay"));
+  XSILO_ASSIGN_OR_RETURN(r.seed, t.U64(o, "fault.seed"));
+  XSILO_ASSIGN_OR_RETURN(r.cut_after_bytes, t.U64(o, "fault.cut_after_bytes"));
+  XSILO_ASSIGN_OR_RETURN(r.delay_ms, t.Int(o, "fault.delay_ms"));
   return std::unique_ptr<Transport>(
       std::make_unique<FaultyTransport>(options, std::move(inner), r));
 }

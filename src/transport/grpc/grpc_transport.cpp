@@ -279,6 +279,7 @@ TransportFactory GrpcTransportFactory() {
       "gRPC: clients dial out, chunked frames over bidi streams, flow control, striping, TLS";
   f.viable = [] { return Status::OK(); };
   f.create = [](const TransportOptions& options) { return MakeGrpcTransport(options); };
+  f.options = &GrpcOptionTable();
   return f;
 }
 

@@ -1,5 +1,7 @@
 // Backend options of the grpc transport (TransportOptions::backend), parsed
-// and validated once. Every key is documented in docs/transport-grpc.md.
+// and validated once through GrpcOptionTable() (transport/builtin.h), which holds every key's
+// default, range and doc line (docs/backend-options.md is made from it).
+// The defaults below are the table's.
 #pragma once
 
 #include <cstdint>

@@ -198,16 +198,25 @@ std::unique_ptr<Transport> MakeInprocTransport(const TransportOptions& options, 
   return std::make_unique<InprocTransport>(options, serialize);
 }
 
+const OptionTable& InprocOptionTable() {
+  static const OptionTable table(
+      "inproc", {{"serialize", OptionType::kFlag, "0", 0, 0, "",
+                  "1: encode and decode every message instead of handing it over"}});
+  return table;
+}
+
 TransportFactory InprocTransportFactory() {
   TransportFactory f;
   f.name = "inproc";
   f.description = "threads in one process sharing a named fabric; zero-copy hand-over";
   f.viable = [] { return Status::OK(); };
   f.create = [](const TransportOptions& options) -> Result<std::unique_ptr<Transport>> {
-    XSILO_RETURN_IF_ERROR(CheckBackendKeys(options, {"serialize"}));
-    XSILO_ASSIGN_OR_RETURN(int64_t serialize, BackendInt(options, "serialize", 0));
-    return MakeInprocTransport(options, serialize != 0);
+    const OptionTable& t = InprocOptionTable();
+    XSILO_RETURN_IF_ERROR(t.CheckKeys(options.backend));
+    XSILO_ASSIGN_OR_RETURN(bool serialize, t.Flag(options.backend, "serialize"));
+    return MakeInprocTransport(options, serialize);
   };
+  f.options = &InprocOptionTable();
   return f;
 }
 

@@ -27,25 +27,39 @@ struct MpiSettings {
   int64_t poll_max_us = 1000;
 };
 
+}  // namespace
+
+// mpi-generic's and mpi-buffer's keys; the defaults are MpiSettings'.
+const OptionTable& MpiOptionTable() {
+  using T = OptionType;
+  static const OptionTable table(
+      "mpi",
+      {
+          {"chunk_bytes", T::kBytes, "1073741824", 1, static_cast<int64_t>(mpi::kMaxChunkBytes), "",
+           "largest single MPI message; larger tensors and mpi-generic frames go as several"},
+          {"inline_bytes", T::kBytes, "16384", 0, int64_t{1} << 30, "",
+           "mpi-generic: frames up to this size travel inside the envelope, as one MPI message"},
+          {"verify_checksum", T::kFlag, "1", 0, 0, "",
+           "the receiver verifies the payload checksum"},
+          {"poll_max_us", T::kMicros, "1000", 1, 1000000, "",
+           "longest sleep between receive probes while idle"},
+      });
+  return table;
+}
+
+namespace {
+
 Result<MpiSettings> ParseSettings(const TransportOptions& options) {
-  XSILO_RETURN_IF_ERROR(
-      CheckBackendKeys(options, {"chunk_bytes", "inline_bytes", "verify_checksum", "poll_max_us"}));
+  const OptionTable& t = MpiOptionTable();
+  const OptionMap& b = options.backend;
+  XSILO_RETURN_IF_ERROR(t.CheckKeys(b));
   MpiSettings s;
-  XSILO_ASSIGN_OR_RETURN(int64_t chunk, BackendInt(options, "chunk_bytes", s.chunk_bytes));
-  if (chunk < 1 || static_cast<uint64_t>(chunk) > mpi::kMaxChunkBytes) {
-    return InvalidArgument("chunk_bytes must be in 1.." + std::to_string(mpi::kMaxChunkBytes));
-  }
+  XSILO_ASSIGN_OR_RETURN(int64_t chunk, t.Int(b, "chunk_bytes"));
   s.chunk_bytes = static_cast<uint64_t>(chunk);
-  XSILO_ASSIGN_OR_RETURN(int64_t inl, BackendInt(options, "inline_bytes", s.inline_bytes));
-  if (inl < 0 || inl > (int64_t{1} << 30))
-    return InvalidArgument("inline_bytes must be in 0..1 GiB");
+  XSILO_ASSIGN_OR_RETURN(int64_t inl, t.Int(b, "inline_bytes"));
   s.inline_bytes = static_cast<uint64_t>(inl);
-  XSILO_ASSIGN_OR_RETURN(int64_t verify, BackendInt(options, "verify_checksum", 1));
-  s.verify_checksum = verify != 0;
-  XSILO_ASSIGN_OR_RETURN(s.poll_max_us, BackendInt(options, "poll_max_us", s.poll_max_us));
-  if (s.poll_max_us < 1 || s.poll_max_us > 1000000) {
-    return InvalidArgument("poll_max_us must be in 1..1000000");
-  }
+  XSILO_ASSIGN_OR_RETURN(s.verify_checksum, t.Flag(b, "verify_checksum"));
+  XSILO_ASSIGN_OR_RETURN(s.poll_max_us, t.Int(b, "poll_max_us"));
   return s;
 }
 
@@ -279,6 +293,7 @@ TransportFactory MpiFactory(const std::string& name, MpiSendMode mode, std::stri
   f.description = std::move(description);
   f.viable = [] { return mpi::MpiViable(); };
   f.create = [mode](const TransportOptions& options) { return MakeMpiTransport(options, mode); };
+  f.options = &MpiOptionTable();
   return f;
 }
 

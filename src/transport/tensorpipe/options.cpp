@@ -1,22 +1,37 @@
 #include "transport/tensorpipe/options.h"
 
+#include "transport/builtin.h"
+
 #include <charconv>
 #include <sstream>
 #include <vector>
 
-namespace xsilo::tplink {
+namespace xsilo {
+
+const OptionTable& TensorPipeOptionTable() {
+  using T = OptionType;
+  static const OptionTable table(
+      "tensorpipe",
+      {
+          {"transports", T::kEnum, "uv", 0, 0, "uv|uv,shm|shm,uv",
+           "uv: TCP; uv,shm (or shm,uv): also shared memory between peers on one host"},
+          {"channels", T::kString, "basic", 0, 0, "",
+           "comma-separated extra channels: cma, xth (basic is always on; mpt follows lanes)"},
+          {"lanes", T::kInt, "1", 1, 64, "",
+           "1: the basic channel only; N > 1: the mpt channel with N parallel uv connections"},
+          {"lane_host", T::kString, "", 0, 0, "",
+           "IP the mpt lanes listen on; empty: the server's host, 127.0.0.1 or this host's"},
+          {"piece_bytes", T::kBytes, "1073741824", 1 << 20, int64_t{1} << 40, "",
+           "largest TensorPipe tensor on the wire; a bigger tensor travels as several pieces"},
+          {"verify_checksum", T::kFlag, "1", 0, 0, "",
+           "the sender sends an XXH3-64 per tensor and the receiver verifies it"},
+      });
+  return table;
+}
+
+namespace tplink {
 
 namespace {
-
-Result<int64_t> Ranged(const TransportOptions& o, const std::string& key, int64_t fallback,
-                       int64_t lo, int64_t hi) {
-  XSILO_ASSIGN_OR_RETURN(int64_t v, BackendInt(o, key, fallback));
-  if (v < lo || v > hi) {
-    return InvalidArgument("tensorpipe option " + key + "=" + std::to_string(v) + " outside [" +
-                           std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  }
-  return v;
-}
 
 std::vector<std::string> SplitList(const std::string& s) {
   std::vector<std::string> out;
@@ -31,17 +46,14 @@ std::vector<std::string> SplitList(const std::string& s) {
 }  // namespace
 
 Result<TensorPipeOptions> ParseTensorPipeOptions(const TransportOptions& o) {
-  XSILO_RETURN_IF_ERROR(CheckBackendKeys(
-      o, {"transports", "channels", "lanes", "lane_host", "piece_bytes", "verify_checksum"}));
+  const OptionTable& table = TensorPipeOptionTable();
+  const OptionMap& b = o.backend;
+  XSILO_RETURN_IF_ERROR(table.CheckKeys(b));
   TensorPipeOptions t;
-  const std::string transports = BackendString(o, "transports", "uv");
-  if (transports == "uv,shm" || transports == "shm,uv") {
-    t.shm = true;
-  } else if (transports != "uv") {
-    return InvalidArgument("tensorpipe option transports='" + transports +
-                           "' (expected uv or uv,shm)");
-  }
-  for (const auto& c : SplitList(BackendString(o, "channels", "basic"))) {
+  const Result<std::string> transports = table.Enum(b, "transports");
+  if (!transports.ok()) return transports.status();
+  t.shm = transports->find("shm") != std::string::npos;
+  for (const auto& c : SplitList(table.String(b, "channels"))) {
     if (c == "basic" || c == "mpt") continue;  // basic always; mpt follows lanes
     if (c == "cma") {
       t.cma = true;
@@ -52,14 +64,12 @@ Result<TensorPipeOptions> ParseTensorPipeOptions(const TransportOptions& o) {
                              "' (known: basic, mpt, cma, xth)");
     }
   }
-  XSILO_ASSIGN_OR_RETURN(int64_t lanes, Ranged(o, "lanes", 1, 1, 64));
+  XSILO_ASSIGN_OR_RETURN(int64_t lanes, table.Int(b, "lanes"));
   t.lanes = static_cast<int>(lanes);
-  t.lane_host = BackendString(o, "lane_host", "");
-  XSILO_ASSIGN_OR_RETURN(int64_t piece, Ranged(o, "piece_bytes", int64_t{1} << 30, int64_t{1} << 20,
-                                               int64_t{1} << 40));
+  t.lane_host = table.String(b, "lane_host");
+  XSILO_ASSIGN_OR_RETURN(int64_t piece, table.Int(b, "piece_bytes"));
   t.piece_bytes = static_cast<uint64_t>(piece);
-  XSILO_ASSIGN_OR_RETURN(int64_t verify, Ranged(o, "verify_checksum", 1, 0, 1));
-  t.verify_checksum = verify != 0;
+  XSILO_ASSIGN_OR_RETURN(t.verify_checksum, table.Flag(b, "verify_checksum"));
 
   const auto colon = o.address.rfind(':');
   if (o.address.empty() || colon == std::string::npos || colon == 0) {
@@ -76,4 +86,5 @@ Result<TensorPipeOptions> ParseTensorPipeOptions(const TransportOptions& o) {
   return t;
 }
 
-}  // namespace xsilo::tplink
+}  // namespace tplink
+}  // namespace xsilo

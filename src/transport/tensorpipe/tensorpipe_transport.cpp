@@ -556,6 +556,7 @@ TransportFactory TensorPipeTransportFactory() {
       "tensors straight from and into Buffers";
   f.viable = [] { return Status::OK(); };
   f.create = [](const TransportOptions& o) { return MakeTensorPipeTransport(o); };
+  f.options = &TensorPipeOptionTable();
   return f;
 }
 
