@@ -122,12 +122,4 @@ class Transport {
   Inbox inbox_;
 };
 
-// Reads backend option `key` from options.backend, with a default.
-Result<int64_t> BackendInt(const TransportOptions& options, const std::string& key,
-                           int64_t fallback);
-std::string BackendString(const TransportOptions& options, const std::string& key,
-                          std::string fallback);
-// InvalidArgument naming the first key of options.backend not in `known`.
-Status CheckBackendKeys(const TransportOptions& options, const std::vector<std::string>& known);
-
 }  // namespace xsilo
