@@ -16,9 +16,11 @@ namespace xsilo {
 namespace {
 
 // One configuration, immutable once published. A replaced one is never
-// freed: a thread may still be reading it, and setters are rare (a process
-// makes a handful).
+// freed, since a thread may still be reading it; it stays reachable through
+// `previous` of its successor (so it is retained, not leaked), and setters
+// are rare (a process makes a handful).
 struct Config {
+  const Config* previous = nullptr;  // the configuration this one replaced
   uint64_t generation = 1;
   LogLevel fallback = LogLevel::kInfo;
   std::vector<std::pair<std::string, LogLevel>> levels;  // per component
@@ -80,6 +82,7 @@ void WriteAll(int fd, const char* data, size_t size) {
 // Installed under g_set_mu (or by the one-time initialisation).
 void Publish(Config* fresh) {
   const Config* old = g_config.load(std::memory_order_acquire);
+  fresh->previous = old;
   fresh->generation = old == nullptr ? 1 : old->generation + 1;
   g_config.store(fresh, std::memory_order_release);
 }
