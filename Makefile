@@ -19,22 +19,34 @@ CTEST_JOBS ?= 2
 PARSER_FUZZERS = fuzz_compress fuzz_grpc_reassembly fuzz_grpc_wire fuzz_s3_chunked fuzz_s3_http fuzz_s3_sigv4 fuzz_s3_xml \
   fuzz_toml_config
 
-.PHONY: all deps configure build run test unit asan sanitize tsan fuzz fuzz-build format clean
+.PHONY: all deps run-deps configure build run test unit asan sanitize tsan fuzz fuzz-build format clean
 
 all: build
 
+# deps: everything `make test` needs; run-deps: only what `make run` needs
+# (scripts/install-deps.sh run|test).
 deps:
-	./scripts/install-deps.sh
+	./scripts/install-deps.sh test
+
+run-deps:
+	./scripts/install-deps.sh run
+
+# The options are given each time, since `make run` and `make test` share
+# $(BUILD): run configures without the tests, benchmarks and Python module
+# (and so without their packages), test with them.
+ALL_PARTS = -DXSILO_BUILD_TESTS=ON -DXSILO_BUILD_BENCH=ON -DXSILO_BUILD_PYTHON=ON
+RUN_PARTS = -DXSILO_BUILD_TESTS=OFF -DXSILO_BUILD_BENCH=OFF -DXSILO_BUILD_PYTHON=OFF
 
 configure: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(ALL_PARTS)
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The main job needs the xsilo binary alone (and the libraries it links),
 # not the tests, benchmarks or the Python module.
-run: configure
+run: run-deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(RUN_PARTS)
 	cmake --build $(BUILD) -j $(JOBS) --target xsilo
 	./$(BUILD)/tools/xsilo/xsilo fl run --transport grpc+s3 --tier medium --clients 7 --rounds 3
 

@@ -15,8 +15,10 @@ void RegisterBuiltinTransports(TransportRegistry& registry) {
       "grpc; as auto+<connector> (auto+s3) each message goes inline or through the connector, "
       "as the measured link to its receivers says (docs/auto.md)";
   (void)registry.Register(std::move(automatic));
+#ifdef XSILO_HAVE_MPI
   (void)registry.Register(MpiGenericTransportFactory());
   (void)registry.Register(MpiBufferTransportFactory());
+#endif
 #ifdef XSILO_HAVE_TENSORPIPE
   (void)registry.Register(TensorPipeTransportFactory());
 #endif
