@@ -93,10 +93,36 @@ class SimpleFactory(Factory):
         return SimpleFactory, (self.fn,)
 
 
+class _NoFactory(Factory):
+    """The factory of a proxy whose construction never gave it one.
+
+    lazy-object-proxy's C type reads its factory slot without a NULL check,
+    so a proxy whose __init__ failed, or that was made by __new__ alone,
+    would crash the interpreter when its __del__ or anything else touched
+    __factory__. Proxy.__new__ installs this first: such a proxy raises a
+    clear error when used and is inert in __del__."""
+
+    __slots__ = ()
+
+    def resolve(self):
+        raise ProxyResolveError("this proxy has no factory: its construction failed or never ran")
+
+    def __reduce__(self):
+        raise TypeError("a proxy without a factory cannot be pickled")
+
+
+_NO_FACTORY = _NoFactory()
+
+
 class Proxy(_ProxyBase):
     """A lazy, transparent reference: resolves its factory on first use."""
 
     __slots__ = ()
+
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls)
+        _LazyProxy.__init__(self, _NO_FACTORY)  # replaced by __init__
+        return self
 
     def __init__(self, factory):
         if not isinstance(factory, Factory):

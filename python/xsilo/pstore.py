@@ -566,15 +566,18 @@ class OwnedProxy(Proxy):
     __slots__ = ()
 
     def __del__(self):
-        f = self.__factory__
-        if isinstance(f, OwnedFactory) and f.valid:
-            f.valid = False
-            try:
+        # A finalizer may run on a proxy whose __init__ failed (its factory is
+        # proxy._NoFactory) and at interpreter exit, when module globals are
+        # gone: it never raises.
+        try:
+            f = self.__factory__
+            if isinstance(f, OwnedFactory) and f.valid:
+                f.valid = False
                 s = f.get_store()
                 if not s._closed:
                     s.evict(f.key)
-            except Exception:  # noqa: BLE001 - best effort in a finalizer
-                pass
+        except Exception:  # noqa: BLE001 - best effort in a finalizer
+            pass
 
 
 class RefProxy(Proxy):
@@ -583,9 +586,12 @@ class RefProxy(Proxy):
     __slots__ = ()
 
     def __del__(self):
-        f = self.__factory__
-        if isinstance(f, OwnedFactory) and f.refs > 0:
-            f.refs -= 1
+        try:  # never raises (OwnedProxy.__del__)
+            f = self.__factory__
+            if isinstance(f, OwnedFactory) and f.refs > 0:
+                f.refs -= 1
+        except Exception:  # noqa: BLE001 - best effort in a finalizer
+            pass
 
 
 class RefMutProxy(Proxy):
@@ -594,9 +600,12 @@ class RefMutProxy(Proxy):
     __slots__ = ()
 
     def __del__(self):
-        f = self.__factory__
-        if isinstance(f, OwnedFactory):
-            f.mut = False
+        try:  # never raises (OwnedProxy.__del__)
+            f = self.__factory__
+            if isinstance(f, OwnedFactory):
+                f.mut = False
+        except Exception:  # noqa: BLE001 - best effort in a finalizer
+            pass
 
 
 def _owned_factory(proxy):
