@@ -99,7 +99,7 @@
 #include <thread>
 #include <vector>
 
-#include "s3/crypto.h"
+#include "net/crypto.h"
 #include "s3/sigv4.h"
 #include "transport/grpc/link.pb.h"
 #include "xsilo/bench/process.h"
@@ -550,7 +550,7 @@ Signed Sign(HttpReq* r, const S3Target& t, const std::string& payload_hash, std:
   p.canonical_query = s3::CanonicalQuery(params);
   for (const std::string& name : signed_names) {
     for (const auto& [k, v] : r->headers) {
-      if (Lower(k) == name) p.headers.emplace_back(name, std::string(s3::TrimOws(v)));
+      if (Lower(k) == name) p.headers.emplace_back(name, std::string(net::TrimOws(v)));
     }
   }
   p.payload_hash = payload_hash;
@@ -565,7 +565,7 @@ Signed Sign(HttpReq* r, const S3Target& t, const std::string& payload_hash, std:
   return s;
 }
 
-std::string Sha256Hex(std::string_view s) { return s3::Hex(s3::Sha256(s)); }
+std::string Sha256Hex(std::string_view s) { return net::Hex(net::Sha256(s)); }
 
 // A valid signed request of one of a few shapes.
 HttpReq ValidRequest(Rand& r, const S3Target& t, std::time_t now, int shape = -1) {
@@ -651,8 +651,8 @@ bool NamesUnimplementedFeature(std::string_view bytes) {
     pos = eol == std::string_view::npos ? head.size() : eol + 2;
     size_t colon = line.find(':');
     if (colon == std::string_view::npos) continue;
-    std::string name = Lower(std::string(s3::TrimOws(line.substr(0, colon))));
-    std::string value = Lower(std::string(s3::TrimOws(line.substr(colon + 1))));
+    std::string name = Lower(std::string(net::TrimOws(line.substr(0, colon))));
+    std::string value = Lower(std::string(net::TrimOws(line.substr(colon + 1))));
     if (name == "transfer-encoding" && value != "chunked") return true;
     if (name == "x-amz-content-sha256" && value.rfind("streaming-", 0) == 0) return true;
   }
@@ -894,7 +894,7 @@ HttpCase GenAwsChunked(Rand& r, const S3Target& t, std::time_t now) {
   std::string previous = s.signature;
   for (const std::string& ch : chunks) {
     const std::string to_sign = "AWS4-HMAC-SHA256-PAYLOAD\n" + s.amz_date + "\n" + s.scope + "\n" +
-                                previous + "\n" + std::string(s3::kEmptySha256Hex) + "\n" +
+                                previous + "\n" + std::string(net::kEmptySha256Hex) + "\n" +
                                 Sha256Hex(ch);
     previous = s3::Signature(t.secret, s.date, "us-east-1", "s3", to_sign);
     framed.push_back(Hex64(ch.size()) + ";chunk-signature=" + previous + "\r\n" + ch + "\r\n");

@@ -1,5 +1,5 @@
 // libFuzzer target: the embedded S3 server's request-head parser
-// (s3::ParseHead). Any input is accepted or refused with a reason; an
+// (net::ParseHead). Any input is accepted or refused with a reason; an
 // accepted head is consistent (a token method, a target starting with '/',
 // path and query that rebuild the target, Content-Length as its header
 // says) and survives a round trip: written back as HTTP it parses to the
@@ -8,11 +8,11 @@
 #include <string>
 #include <string_view>
 
-#include "s3/http_parse.h"
+#include "net/http_parse.h"
 
-using xsilo::s3::HttpRequest;
-using xsilo::s3::ParseHead;
-using xsilo::s3::ParseResult;
+using xsilo::net::HttpRequest;
+using xsilo::net::ParseHead;
+using xsilo::net::ParseResult;
 
 namespace {
 

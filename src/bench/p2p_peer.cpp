@@ -22,7 +22,7 @@
 
 #include "bench/p2p_peer.h"
 #include "bench/p2p_processes.h"
-#include "store/endpoint/local_http.h"
+#include "net/http_client.h"
 #include "xsilo/bench/model.h"
 #include "xsilo/bench/p2p.h"
 #include "xsilo/bench/process.h"
@@ -446,8 +446,8 @@ class EndpointHelpers {
   // "relayed"}); null when it does not answer.
   json EndpointStatus() const {
     if (port_ <= 0) return nullptr;
-    auto r = endpoint_net::HttpCall({"127.0.0.1", port_}, "GET", "/status", nullptr,
-                                    std::chrono::seconds(10));
+    auto r =
+        net::HttpCall({"127.0.0.1", port_}, "GET", "/status", nullptr, std::chrono::seconds(10));
     if (!r.ok() || r->status != 200) return nullptr;
     try {
       return json::parse(r->body.view());

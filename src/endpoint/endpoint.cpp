@@ -8,9 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "s3/http_server.h"
-#include "s3/sigv4.h"
-#include "store/endpoint/socket_io.h"
+#include "net/http_server.h"
+#include "net/socket.h"
 #include "xsilo/core/secret.h"
 #include "xsilo/store/connector.h"
 
@@ -73,7 +72,7 @@ bool IsLoopback(const std::string& host) {
   return inet_pton(AF_INET6, bare.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
-void Reply(s3::HttpResponse* resp, int status, const std::string& text) {
+void Reply(net::HttpResponse* resp, int status, const std::string& text) {
   resp->status = status;
   resp->headers.emplace_back("Content-Type", "text/plain");
   resp->SetBody(text);
@@ -145,33 +144,33 @@ Status Endpoint::Init() {
       identity_, TlsIdentity::LoadOrCreate(tls_dir, {"xsilo-endpoint-" + uuid_}, o_.relay_ca));
   if (o_.dir.empty()) std::filesystem::remove_all(tls_dir);  // loaded; nothing needs the files
 
-  XSILO_ASSIGN_OR_RETURN(auto local, endpoint_net::ParseHostPort(o_.listen));
+  XSILO_ASSIGN_OR_RETURN(auto local, net::ParseHostPort(o_.listen));
   if (o_.token.empty() && !IsLoopback(local.host)) {
     return InvalidArgument("the local API would listen on " + o_.listen +
                            ", which is not loopback, without a token: anyone who reaches it "
                            "acts as this site (give --token-file, or listen on 127.0.0.1)");
   }
-  s3::HttpServerOptions ho;
+  net::HttpServerOptions ho;
   ho.host = local.host;
   ho.port = local.port;
   ho.io_timeout = o_.io_timeout;
-  local_ = std::make_unique<s3::HttpServer>(
-      ho, [this](const s3::HttpRequest& req, s3::BodyReader& body, s3::HttpResponse* resp) {
+  local_ = std::make_unique<net::HttpServer>(
+      ho, [this](const net::HttpRequest& req, net::BodyReader& body, net::HttpResponse* resp) {
         HandleLocal(req, body, resp);
       });
   XSILO_RETURN_IF_ERROR(local_->Start());
 
   if (!o_.peer_listen.empty()) {
-    XSILO_ASSIGN_OR_RETURN(auto hp, endpoint_net::ParseHostPort(o_.peer_listen));
-    XSILO_ASSIGN_OR_RETURN(peer_fd_, endpoint_net::ListenTcp(hp, &peer_port_));
+    XSILO_ASSIGN_OR_RETURN(auto hp, net::ParseHostPort(o_.peer_listen));
+    XSILO_ASSIGN_OR_RETURN(peer_fd_, net::ListenTcp(hp, &peer_port_));
     if (o_.advertise.empty()) {
       o_.advertise.push_back(
-          endpoint_net::HostPort{hp.host.empty() ? "127.0.0.1" : hp.host, peer_port_}.ToString());
+          net::HostPort{hp.host.empty() ? "127.0.0.1" : hp.host, peer_port_}.ToString());
     }
     peer_acceptor_ = std::thread([this] { PeerAcceptLoop(); });
   }
   for (const auto& a : o_.advertise) {
-    XSILO_RETURN_IF_ERROR(endpoint_net::ParseHostPort(a).status());
+    XSILO_RETURN_IF_ERROR(net::ParseHostPort(a).status());
     if (a.find(',') != std::string::npos || a.find(' ') != std::string::npos) {
       return InvalidArgument("advertised address '" + a + "' is malformed");
     }
@@ -180,7 +179,7 @@ Status Endpoint::Init() {
   if (addrs_.empty()) addrs_ = "-";
 
   if (!o_.relay.empty()) {
-    XSILO_RETURN_IF_ERROR(endpoint_net::ParseHostPort(o_.relay).status());
+    XSILO_RETURN_IF_ERROR(net::ParseHostPort(o_.relay).status());
     relay_thread_ = std::thread([this] { RelayLoop(); });
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, o_.register_timeout, [&] { return register_tried_; });
@@ -207,7 +206,7 @@ void Endpoint::Stop() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return sessions_ == 0; });
   control_.reset();
-  endpoint_net::CloseFd(peer_fd_);
+  net::CloseFd(peer_fd_);
 }
 
 int Endpoint::port() const { return local_ ? local_->port() : 0; }
@@ -229,8 +228,8 @@ std::string Endpoint::StatusJson() const {
          ",\"relayed\":" + std::to_string(served(Path::kRelayed)) + "}}";
 }
 
-void Endpoint::HandleLocal(const s3::HttpRequest& req, s3::BodyReader& body,
-                           s3::HttpResponse* resp) {
+void Endpoint::HandleLocal(const net::HttpRequest& req, net::BodyReader& body,
+                           net::HttpResponse* resp) {
   if (!o_.token.empty()) {
     const std::string* auth = req.Header("authorization");
     if (auth == nullptr || !SecretEquals(*auth, "Bearer " + o_.token)) {

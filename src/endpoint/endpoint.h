@@ -40,12 +40,12 @@
 #include "xsilo/core/buffer.h"
 #include "xsilo/core/codec.h"
 
-namespace xsilo::s3 {
+namespace xsilo::net {
 class HttpServer;
 class BodyReader;
 struct HttpRequest;
 struct HttpResponse;
-}  // namespace xsilo::s3
+}  // namespace xsilo::net
 
 namespace xsilo::endpoint {
 
@@ -151,7 +151,7 @@ class Endpoint {
  private:
   explicit Endpoint(EndpointOptions o);
   Status Init();
-  void HandleLocal(const s3::HttpRequest& req, s3::BodyReader& body, s3::HttpResponse* resp);
+  void HandleLocal(const net::HttpRequest& req, net::BodyReader& body, net::HttpResponse* resp);
   // Peer API
   void PeerAcceptLoop();
   void ServePeerSession(std::unique_ptr<TlsStream> s);
@@ -195,7 +195,7 @@ class Endpoint {
   ObjectTable table_;
   std::string uuid_;
   std::shared_ptr<TlsIdentity> identity_;
-  std::unique_ptr<s3::HttpServer> local_;
+  std::unique_ptr<net::HttpServer> local_;
   int peer_fd_ = -1;
   int peer_port_ = 0;
   std::string addrs_;  // advertised, comma-separated, or "-"

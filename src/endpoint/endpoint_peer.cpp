@@ -8,7 +8,7 @@
 
 #include "endpoint/endpoint.h"
 #include "endpoint/ticket.h"
-#include "store/endpoint/socket_io.h"
+#include "net/socket.h"
 
 namespace xsilo::endpoint {
 
@@ -119,7 +119,7 @@ void Endpoint::PeerAcceptLoop() {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       continue;
     }
-    endpoint_net::SetIoTimeout(fd, o_.io_timeout);
+    net::SetIoTimeout(fd, o_.io_timeout);
     {
       std::lock_guard<std::mutex> lock(mu_);
       session_fds_.insert(fd);
@@ -294,7 +294,7 @@ Result<int> Endpoint::AwaitDialBack(const std::string& owner) {
   auto asked = AskRelay("REVERSE " + owner + " " + token);
   if (!asked.ok() || asked->rfind("DIALING ", 0) != 0) {
     int fd = forget();
-    endpoint_net::CloseFd(fd);
+    net::CloseFd(fd);
     return asked.ok() ? StatusOfRelayError(*asked) : asked.status();
   }
   // The owner tries each of our addresses for up to connect_timeout; the
@@ -308,7 +308,7 @@ Result<int> Endpoint::AwaitDialBack(const std::string& owner) {
   int fd = forget();
   if (fd < 0) return Unavailable("endpoint " + owner + " did not dial back");
   if (stopping_) {
-    endpoint_net::CloseFd(fd);
+    net::CloseFd(fd);
     return Unavailable("stopping");
   }
   return fd;
@@ -318,9 +318,9 @@ Result<int> Endpoint::DialFirst(const std::string& addrs) const {
   std::istringstream list(addrs);
   std::string a;
   while (std::getline(list, a, ',')) {
-    auto hp = endpoint_net::ParseHostPort(a);
+    auto hp = net::ParseHostPort(a);
     if (!hp.ok()) continue;
-    auto fd = endpoint_net::ConnectTcp(*hp, o_.connect_timeout, o_.io_timeout);
+    auto fd = net::ConnectTcp(*hp, o_.connect_timeout, o_.io_timeout);
     if (fd.ok()) return fd;
   }
   return Unavailable("no address of " + addrs + " accepted a connection");
@@ -410,13 +410,12 @@ Result<PeerReply> Endpoint::CallPeer(const std::string& owner, const std::string
   std::string token;
   pin >> verb >> token;
   if (verb != "PIPE") return StatusOfRelayError(pipe);
-  XSILO_ASSIGN_OR_RETURN(auto relay, endpoint_net::ParseHostPort(o_.relay));
-  XSILO_ASSIGN_OR_RETURN(int fd,
-                         endpoint_net::ConnectTcp(relay, o_.connect_timeout, o_.io_timeout));
+  XSILO_ASSIGN_OR_RETURN(auto relay, net::ParseHostPort(o_.relay));
+  XSILO_ASSIGN_OR_RETURN(int fd, net::ConnectTcp(relay, o_.connect_timeout, o_.io_timeout));
   std::string join = "JOIN " + token + " requester\n";
-  Status sent = endpoint_net::SendAll(fd, join.data(), join.size());
+  Status sent = net::SendAll(fd, join.data(), join.size());
   if (!sent.ok()) {
-    endpoint_net::CloseFd(fd);
+    net::CloseFd(fd);
     return sent;
   }
   return pinned(fd, Path::kRelayed);

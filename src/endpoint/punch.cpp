@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "store/endpoint/socket_io.h"
+#include "net/socket.h"
 
 namespace xsilo::endpoint {
 
@@ -174,7 +174,7 @@ struct PunchedPath::Link {
   static void OnRecv(NiceAgent*, guint, guint, guint len, gchar* buf, gpointer self) {
     auto* l = static_cast<Link*>(self);
     l->last_in_ms = SteadyMillis();
-    if (len > 0 && l->sp >= 0) (void)endpoint_net::SendAll(l->sp, buf, len);
+    if (len > 0 && l->sp >= 0) (void)net::SendAll(l->sp, buf, len);
   }
   // Every second: the path ends once the local side has finished and the
   // peer has been silent for kLingerMs (libnice reports no end of the

@@ -11,11 +11,11 @@
 #include "endpoint/object_table.h"
 #include "endpoint/punch.h"
 #include "endpoint/ticket.h"
-#include "store/endpoint/socket_io.h"
+#include "net/socket.h"
 
 namespace xsilo::endpoint {
 
-using endpoint_net::CloseFd;
+using net::CloseFd;
 
 struct Relay::Pipe {
   int requester = -1, owner = -1;
@@ -38,12 +38,12 @@ int64_t SteadyNanos() {
 Result<std::unique_ptr<Relay>> Relay::Start(RelayOptions options) {
   std::unique_ptr<Relay> r(new Relay(std::move(options)));
   XSILO_ASSIGN_OR_RETURN(r->identity_, TlsIdentity::Load(r->o_.cert_file, r->o_.key_file));
-  XSILO_ASSIGN_OR_RETURN(auto hp, endpoint_net::ParseHostPort(r->o_.listen));
-  XSILO_ASSIGN_OR_RETURN(r->listen_fd_, endpoint_net::ListenTcp(hp, &r->port_));
+  XSILO_ASSIGN_OR_RETURN(auto hp, net::ParseHostPort(r->o_.listen));
+  XSILO_ASSIGN_OR_RETURN(r->listen_fd_, net::ListenTcp(hp, &r->port_));
   r->acceptor_ = std::thread([p = r.get()] { p->AcceptLoop(); });
   // STUN on the same port over UDP; without it (the port is taken for UDP)
   // endpoints learn no reflexive address and punching falls back to the pipe.
-  auto udp = endpoint_net::BindUdp({hp.host, r->port_});
+  auto udp = net::BindUdp({hp.host, r->port_});
   if (udp.ok()) {
     r->udp_fd_ = *udp;
     r->stun_ = std::thread([p = r.get()] { p->StunLoop(); });
@@ -98,7 +98,7 @@ void Relay::AcceptLoop() {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));  // EMFILE: let others close
       continue;
     }
-    endpoint_net::SetIoTimeout(fd, o_.io_timeout);
+    net::SetIoTimeout(fd, o_.io_timeout);
     std::lock_guard<std::mutex> lock(mu_);
     if (threads_ >= o_.max_connections) {  // a flood: refuse rather than run out of threads
       ++refused_;
@@ -382,7 +382,7 @@ void Relay::Pump(Pipe& pipe, int from, int to, bool to_requester) {
       ::shutdown(to, SHUT_WR);
       return;
     }
-    if (n < 0 || !endpoint_net::SendAll(to, window.data(), static_cast<size_t>(n)).ok()) break;
+    if (n < 0 || !net::SendAll(to, window.data(), static_cast<size_t>(n)).ok()) break;
     forwarded += static_cast<uint64_t>(n);
     pipe.last_progress_ns = SteadyNanos();
     if (to_requester && o_.on_pipe_progress) o_.on_pipe_progress(forwarded);

@@ -10,13 +10,13 @@
 #include "endpoint/endpoint.h"
 #include "endpoint/punch.h"
 #include "endpoint/ticket.h"
-#include "store/endpoint/socket_io.h"
+#include "net/socket.h"
 
 namespace xsilo::endpoint {
 
 Result<std::unique_ptr<TlsStream>> Endpoint::DialRelay() {
-  XSILO_ASSIGN_OR_RETURN(auto hp, endpoint_net::ParseHostPort(o_.relay));
-  XSILO_ASSIGN_OR_RETURN(int fd, endpoint_net::ConnectTcp(hp, o_.connect_timeout, o_.io_timeout));
+  XSILO_ASSIGN_OR_RETURN(auto hp, net::ParseHostPort(o_.relay));
+  XSILO_ASSIGN_OR_RETURN(int fd, net::ConnectTcp(hp, o_.connect_timeout, o_.io_timeout));
   auto s = TlsStream::Connect(identity_->relay_client_ctx(), fd, hp.host);
   if (!s.ok()) return s.status().WithContext("relay " + o_.relay);
   return s;
@@ -94,9 +94,9 @@ void Endpoint::RelayLoop() {
 }
 
 void Endpoint::ServeRelayed(const std::string& token) {
-  auto hp = endpoint_net::ParseHostPort(o_.relay);
+  auto hp = net::ParseHostPort(o_.relay);
   if (!hp.ok()) return NoteServeFailed(Path::kRelayed, hp.status());
-  auto fd = endpoint_net::ConnectTcp(*hp, o_.connect_timeout, o_.io_timeout);
+  auto fd = net::ConnectTcp(*hp, o_.connect_timeout, o_.io_timeout);
   if (!fd.ok()) return NoteServeFailed(Path::kRelayed, fd.status());
   ServeDialled(*fd, "JOIN " + token + " owner\n");
 }
@@ -109,7 +109,7 @@ void Endpoint::ServeDialBack(const std::string& token, const std::string& addrs)
 
 PunchOptions Endpoint::PunchOptionsFor(bool controlling) const {
   PunchOptions p;
-  auto hp = endpoint_net::ParseHostPort(o_.relay);
+  auto hp = net::ParseHostPort(o_.relay);
   if (hp.ok()) {
     p.stun_host = hp->host;
     p.stun_port = hp->port;
@@ -130,7 +130,7 @@ Result<int> Endpoint::Punch(const std::string& owner) {
   in >> verb >> desc;
   if (verb != "PUNCHED" || desc.empty()) return Unavailable("relay: " + reply);
   XSILO_ASSIGN_OR_RETURN(int fd, path->Connect(desc));
-  endpoint_net::SetIoTimeout(fd, o_.io_timeout);
+  net::SetIoTimeout(fd, o_.io_timeout);
   return fd;
 }
 
@@ -142,13 +142,13 @@ void Endpoint::ServePunch(const std::string& token, const std::string& descripti
   if (*answered != "OK") return NoteServeFailed(Path::kPunched, Unavailable("relay: " + *answered));
   auto fd = (*path)->Connect(description);
   if (!fd.ok()) return NoteServeFailed(Path::kPunched, fd.status());
-  endpoint_net::SetIoTimeout(*fd, o_.io_timeout);
+  net::SetIoTimeout(*fd, o_.io_timeout);
   ServeDialled(*fd, "");
 }
 
 void Endpoint::ServeDialled(int fd, const std::string& hello) {
-  if (!hello.empty() && !endpoint_net::SendAll(fd, hello.data(), hello.size()).ok()) {
-    endpoint_net::CloseFd(fd);
+  if (!hello.empty() && !net::SendAll(fd, hello.data(), hello.size()).ok()) {
+    net::CloseFd(fd);
     return;
   }
   {

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "s3/crypto.h"
+#include "net/crypto.h"
 #include "xsilo/core/log.h"
 #include "xsilo/core/secret.h"
 
@@ -16,10 +16,10 @@ namespace xsilo::endpoint {
 namespace {
 
 std::string Mac(const std::string& secret, const std::string& fields) {
-  auto d = s3::HmacSha256(
+  auto d = net::HmacSha256(
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(secret.data()), secret.size()),
       "xsilo-endpoint-ticket-v1|" + fields);
-  return s3::Hex(d);
+  return net::Hex(d);
 }
 
 std::vector<std::string> Split(const std::string& s, char sep) {
@@ -49,7 +49,7 @@ std::string RandomSecret() {
     XSILO_LOG(log, kError, "the OpenSSL random generator failed");
     std::abort();
   }
-  return s3::Hex(std::span<const uint8_t>(b, sizeof b));
+  return net::Hex(std::span<const uint8_t>(b, sizeof b));
 }
 
 std::string MakeTicket(const std::string& secret, const std::string& from,

@@ -15,9 +15,9 @@
 #include <cstring>
 #include <filesystem>
 
-#include "core/sigpipe.h"
-#include "s3/crypto.h"
-#include "s3/tls.h"
+#include "net/crypto.h"
+#include "net/sigpipe.h"
+#include "net/tls.h"
 
 namespace xsilo::endpoint {
 
@@ -36,7 +36,7 @@ std::string FingerprintOf(X509* cert) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   X509_digest(cert, EVP_sha256(), md, &n);
-  return s3::Hex(std::span<const uint8_t>(md, n));
+  return net::Hex(std::span<const uint8_t>(md, n));
 }
 
 int AcceptAnyCertificate(int, X509_STORE_CTX*) { return 1; }
@@ -52,7 +52,7 @@ Status UseIdentity(SSL_CTX* ctx, const std::string& cert, const std::string& key
   return Status::OK();
 }
 
-using core_detail::SigpipeBlock;  // OpenSSL writes without MSG_NOSIGNAL
+using net::SigpipeBlock;  // OpenSSL writes without MSG_NOSIGNAL
 
 }  // namespace
 
@@ -98,7 +98,7 @@ Result<std::shared_ptr<TlsIdentity>> TlsIdentity::LoadOrCreate(
   if (ec) return Internal("create " + dir + ": " + ec.message());
   const std::string cert = dir + "/cert.pem", key = dir + "/key.pem";
   if (!std::filesystem::exists(cert) || !std::filesystem::exists(key)) {
-    XSILO_RETURN_IF_ERROR(s3::GenerateSelfSignedCertificate(cert, key, hosts, 3650));
+    XSILO_RETURN_IF_ERROR(net::GenerateSelfSignedCertificate(cert, key, hosts, 3650));
   }
   return Load(cert, key, relay_ca);
 }

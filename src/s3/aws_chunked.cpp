@@ -3,7 +3,7 @@
 #include <cstring>
 #include <string>
 
-#include "s3/crypto.h"
+#include "net/crypto.h"
 #include "s3/errors.h"
 
 namespace xsilo::s3 {
@@ -46,7 +46,7 @@ Result<AwsChunkedBody> DecodeAwsChunks(uint8_t* data, uint64_t size, uint64_t de
     }
     uint64_t n = 0;
     for (char ch : digits) {
-      const int v = HexValue(ch);
+      const int v = net::HexValue(ch);
       if (v < 0) return Bad("chunk size is not hex");
       n = n * 16 + static_cast<uint64_t>(v);
     }
@@ -82,7 +82,7 @@ Result<AwsChunkedBody> DecodeAwsChunks(uint8_t* data, uint64_t size, uint64_t de
     if (colon == std::string_view::npos || colon == 0 || out.trailers.size() == kMaxTrailers) {
       return Bad("malformed trailer");
     }
-    std::string name(TrimOws(line.substr(0, colon)));
+    std::string name(net::TrimOws(line.substr(0, colon)));
     if (name.empty()) return Bad("malformed trailer");
     for (char& ch : name) {
       if (ch >= 'A' && ch <= 'Z') ch = static_cast<char>(ch - 'A' + 'a');
@@ -90,7 +90,7 @@ Result<AwsChunkedBody> DecodeAwsChunks(uint8_t* data, uint64_t size, uint64_t de
                          ch == '_' || ch == '.';
       if (!token) return Bad("malformed trailer name");
     }
-    out.trailers.emplace_back(std::move(name), std::string(TrimOws(line.substr(colon + 1))));
+    out.trailers.emplace_back(std::move(name), std::string(net::TrimOws(line.substr(colon + 1))));
   }
   if (pos != size) return Bad("bytes after the final chunk");
   if (out.length != decoded_length) return Bad("fewer bytes than x-amz-decoded-content-length");

@@ -57,14 +57,14 @@ GatherList SliceGather(const GatherList& g, uint64_t offset, uint64_t len) {
   return out;
 }
 
-s3::Sha256Digest Sha256Of(const GatherList& g) {
-  s3::Sha256Stream s;
+net::Sha256Digest Sha256Of(const GatherList& g) {
+  net::Sha256Stream s;
   for (const Buffer& b : g.segments) s.Update(b.data(), b.size());
   return s.Finish();
 }
 
-s3::Md5Digest Md5Of(const GatherList& g) {
-  s3::Md5Stream s;
+net::Md5Digest Md5Of(const GatherList& g) {
+  net::Md5Stream s;
   for (const Buffer& b : g.segments) s.Update(b.data(), b.size());
   return s.Finish();
 }

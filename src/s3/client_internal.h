@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "s3/crypto.h"
+#include "net/crypto.h"
 #include "s3/errors.h"
 #include "s3/sigv4.h"
 #include "s3/xml.h"
@@ -172,8 +172,8 @@ class HandlePool {
 };
 
 GatherList SliceGather(const GatherList& g, uint64_t offset, uint64_t len);
-s3::Sha256Digest Sha256Of(const GatherList& g);
-s3::Md5Digest Md5Of(const GatherList& g);
+net::Sha256Digest Sha256Of(const GatherList& g);
+net::Md5Digest Md5Of(const GatherList& g);
 std::time_t ParseHttpDate(const std::string& s);
 
 // One request to send.

@@ -37,8 +37,8 @@ S3ObjectInfo InfoFromHeaders(const std::string& key, const Reply& r) {
 
 Status VerifySha256(const uint8_t* data, uint64_t size, const std::string& want_b64,
                     const std::string& what) {
-  s3::Sha256Digest d = s3::Sha256({data, static_cast<size_t>(size)});
-  std::string got = s3::Base64Of(d);
+  net::Sha256Digest d = net::Sha256({data, static_cast<size_t>(size)});
+  std::string got = net::Base64Of(d);
   if (got != want_b64) {
     return Corrupt("BadDigest: SHA-256 of the received bytes (" + got + ") differs from the " +
                    what + " (" + want_b64 + ")");
@@ -67,10 +67,10 @@ Result<PutObjectResult> S3Client::Impl::Put(
   AddStoredHeaders(headers, &c.headers);
   PutObjectResult result;
   if (checksum) {
-    result.checksum_sha256 = s3::Base64Of(Sha256Of(body));
+    result.checksum_sha256 = net::Base64Of(Sha256Of(body));
     c.headers.emplace_back("x-amz-checksum-sha256", result.checksum_sha256);
   }
-  if (md5) c.headers.emplace_back("content-md5", s3::Base64Of(Md5Of(body)));
+  if (md5) c.headers.emplace_back("content-md5", net::Base64Of(Md5Of(body)));
   Reply r;
   XSILO_RETURN_IF_ERROR(Execute(c, &r));
   if (const std::string* e = r.Header("etag")) result.etag = *e;

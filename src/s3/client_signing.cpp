@@ -17,9 +17,10 @@ Result<SignedRequest> S3Client::Impl::Sign(const Call& call) const {
 
   std::string payload_hash;
   if (call.body == nullptr && !call.has_text_body) {
-    payload_hash = std::string(s3::kEmptySha256Hex);
+    payload_hash = std::string(net::kEmptySha256Hex);
   } else if (opts.sign_payload || call.has_text_body) {
-    payload_hash = call.body ? s3::Hex(Sha256Of(*call.body)) : s3::Hex(s3::Sha256(call.text_body));
+    payload_hash =
+        call.body ? net::Hex(Sha256Of(*call.body)) : net::Hex(net::Sha256(call.text_body));
   } else {
     payload_hash = std::string(s3::kUnsignedPayload);
   }

@@ -1,13 +1,13 @@
 #include "s3/etag.h"
 
 #include "core/xxh3.h"
-#include "s3/crypto.h"
+#include "net/crypto.h"
 
 namespace xsilo::s3 {
 
 struct EtagHasher::Impl {
   EtagHash kind;
-  Md5Stream md5;
+  net::Md5Stream md5;
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> xxh{nullptr, &XXH3_freeState};
 };
 
@@ -38,7 +38,7 @@ std::string EtagHasher::Finish() {
     XXH128_canonicalFromHash(&c, XXH3_128bits_digest(impl_->xxh.get()));
     std::copy(std::begin(c.digest), std::end(c.digest), raw.begin());
   }
-  return "\"" + Hex(raw) + "\"";
+  return "\"" + net::Hex(raw) + "\"";
 }
 
 Result<std::string> MultipartEtag(EtagHash kind, const std::vector<std::string>& part_etags) {
@@ -48,7 +48,7 @@ Result<std::string> MultipartEtag(EtagHash kind, const std::vector<std::string>&
     if (e.size() != 32) return InvalidArgument("not a 128-bit part ETag: " + std::string(e));
     uint8_t raw[16];
     for (size_t i = 0; i < 16; ++i) {
-      const int hi = HexValue(e[2 * i]), lo = HexValue(e[2 * i + 1]);
+      const int hi = net::HexValue(e[2 * i]), lo = net::HexValue(e[2 * i + 1]);
       if (hi < 0 || lo < 0) return InvalidArgument("not a hex part ETag: " + std::string(e));
       raw[i] = static_cast<uint8_t>(hi * 16 + lo);
     }

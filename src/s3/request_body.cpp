@@ -4,8 +4,8 @@
 #include <cctype>
 #include <vector>
 
+#include "net/crypto.h"
 #include "s3/aws_chunked.h"
-#include "s3/crypto.h"
 #include "s3/errors.h"
 #include "s3/sigv4.h"
 #include "xsilo/core/base64.h"
@@ -50,7 +50,8 @@ struct ChecksumClaim {
   std::string trailer_name;
 };
 
-Result<std::optional<ChecksumClaim>> FindChecksumClaim(const HttpRequest& req, bool trailer_mode) {
+Result<std::optional<ChecksumClaim>> FindChecksumClaim(const net::HttpRequest& req,
+                                                       bool trailer_mode) {
   std::optional<ChecksumClaim> claim;
   for (const auto& [name, value] : req.headers) {
     auto a = ChecksumOfHeader(name);
@@ -101,7 +102,7 @@ Result<std::optional<ChecksumClaim>> FindChecksumClaim(const HttpRequest& req, b
 
 }  // namespace
 
-Result<RequestBody> ReadRequestBody(const HttpRequest& req, BodyReader& reader,
+Result<RequestBody> ReadRequestBody(const net::HttpRequest& req, net::BodyReader& reader,
                                     const BodyAuth& auth, const BodyOptions& options, bool* close) {
   if (!req.has_content_length && !req.chunked) {
     return Refuse(
@@ -151,9 +152,9 @@ Result<RequestBody> ReadRequestBody(const HttpRequest& req, BodyReader& reader,
   // Every hash the body needs, fed in one pass as the bytes arrive (or, for
   // aws-chunked bodies, as each chunk is decoded).
   const bool check_payload = !aws_chunked && auth.payload_hash != kUnsignedPayload;
-  std::optional<Sha256Stream> payload_sha;
+  std::optional<net::Sha256Stream> payload_sha;
   if (check_payload) payload_sha.emplace();
-  std::optional<Md5Stream> md5;
+  std::optional<net::Md5Stream> md5;
   if (md5_want) md5.emplace();
   std::optional<EtagHasher> etag;
   if (options.etag) etag.emplace(*options.etag);
@@ -170,7 +171,7 @@ Result<RequestBody> ReadRequestBody(const HttpRequest& req, BodyReader& reader,
     if (checksum) checksum->Update(p, n);
   };
 
-  auto raw = reader.ReadAll(raw_limit, aws_chunked ? BodyReader::Observer() : feed);
+  auto raw = reader.ReadAll(raw_limit, aws_chunked ? net::BodyReader::Observer() : feed);
   if (!raw.ok()) {
     *close = true;
     if (raw.status().code() == StatusCode::kResourceExhausted) {
@@ -190,9 +191,9 @@ Result<RequestBody> ReadRequestBody(const HttpRequest& req, BodyReader& reader,
     uint64_t at = 0;
     auto verify = [&](std::span<const uint8_t> bytes, std::string_view given) -> Status {
       if (signed_chunks) {
-        const std::string to_sign = "AWS4-HMAC-SHA256-PAYLOAD\n" + auth.amz_date + "\n" +
-                                    auth.scope + "\n" + previous + "\n" +
-                                    std::string(kEmptySha256Hex) + "\n" + Hex(Sha256(bytes));
+        const std::string to_sign =
+            "AWS4-HMAC-SHA256-PAYLOAD\n" + auth.amz_date + "\n" + auth.scope + "\n" + previous +
+            "\n" + std::string(net::kEmptySha256Hex) + "\n" + net::Hex(net::Sha256(bytes));
         std::string expected =
             Signature(auth.secret_key, auth.date_stamp, auth.region, "s3", to_sign);
         if (!SecretEquals(expected, given)) {
@@ -215,12 +216,12 @@ Result<RequestBody> ReadRequestBody(const HttpRequest& req, BodyReader& reader,
     trailers = std::move(decoded.trailers);
   }
 
-  if (payload_sha && Hex(payload_sha->Finish()) != auth.payload_hash) {
+  if (payload_sha && net::Hex(payload_sha->Finish()) != auth.payload_hash) {
     return S3Error("XAmzContentSHA256Mismatch",
                    "The provided 'x-amz-content-sha256' header does not match what was computed.");
   }
   if (md5) {
-    Md5Digest d = md5->Finish();
+    net::Md5Digest d = md5->Finish();
     if (!std::equal(d.begin(), d.end(), md5_want->begin())) {
       return S3Error("BadDigest", "The Content-MD5 you specified did not match what we received.");
     }
@@ -249,7 +250,7 @@ Result<RequestBody> ReadRequestBody(const HttpRequest& req, BodyReader& reader,
                                       " you specified did not match the calculated checksum.");
     }
     out.checksum_algorithm = std::string(ChecksumName(a));
-    out.checksum = Base64Of(got);
+    out.checksum = net::Base64Of(got);
   }
   if (etag) out.etag = etag->Finish();
   return out;

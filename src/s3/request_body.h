@@ -18,9 +18,9 @@
 #include <string>
 #include <string_view>
 
+#include "net/http_server.h"
 #include "s3/checksums.h"
 #include "s3/etag.h"
-#include "s3/http_server.h"
 #include "xsilo/core/buffer.h"
 #include "xsilo/core/status.h"
 
@@ -63,7 +63,7 @@ struct RequestBody {
 
 // Reads and verifies the body. On an error, *close is set when the
 // connection must close (the body was not, or not wholly, read).
-Result<RequestBody> ReadRequestBody(const HttpRequest& req, BodyReader& reader,
+Result<RequestBody> ReadRequestBody(const net::HttpRequest& req, net::BodyReader& reader,
                                     const BodyAuth& auth, const BodyOptions& options, bool* close);
 
 }  // namespace xsilo::s3

@@ -5,10 +5,10 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "net/tls.h"
 #include "s3/errors.h"
 #include "s3/server_internal.h"
 #include "s3/sigv4.h"
-#include "s3/tls.h"
 #include "s3/xml.h"
 #include "xsilo/s3/errors.h"
 
@@ -245,13 +245,13 @@ Result<std::unique_ptr<S3Server>> S3Server::Start(S3ServerOptions options) {
     Status st = impl->store->CreateBucket(b);
     if (!st.ok() && S3ErrorCode(st) != "BucketAlreadyOwnedByYou") return st;
   }
-  s3::HttpServerOptions ho;
+  net::HttpServerOptions ho;
   if (impl->opts.tls_cert_file.empty() != impl->opts.tls_key_file.empty()) {
     return InvalidArgument("S3Server: give both tls_cert_file and tls_key_file, or neither");
   }
   if (!impl->opts.tls_cert_file.empty()) {
     XSILO_ASSIGN_OR_RETURN(
-        ho.tls, s3::TlsServerContext::Load(impl->opts.tls_cert_file, impl->opts.tls_key_file));
+        ho.tls, net::TlsServerContext::Load(impl->opts.tls_cert_file, impl->opts.tls_key_file));
   }
   ho.host = impl->opts.host;
   ho.port = impl->opts.port;
@@ -276,7 +276,7 @@ Result<std::unique_ptr<S3Server>> S3Server::Start(S3ServerOptions options) {
                                s3::XmlEscape(message) + "</Message></Error>");
   };
   Impl* raw = impl.get();
-  impl->http = std::make_unique<s3::HttpServer>(
+  impl->http = std::make_unique<net::HttpServer>(
       std::move(ho), [raw](const HttpRequest& req, BodyReader& body, HttpResponse* resp) {
         raw->Handle(req, body, resp);
       });
@@ -299,7 +299,7 @@ void S3Server::Stop() {
 
 Status GenerateSelfSignedCertificate(const std::string& cert_file, const std::string& key_file,
                                      const std::vector<std::string>& hosts, int days) {
-  return s3::GenerateSelfSignedCertificate(cert_file, key_file, hosts, days);
+  return net::GenerateSelfSignedCertificate(cert_file, key_file, hosts, days);
 }
 
 Status PutObjectInDirectory(const std::string& directory, const std::string& bucket,

@@ -69,7 +69,7 @@ Status S3Server::Impl::Authenticate(Ctx& c) {
     const std::string* sha = req.Header("x-amz-content-sha256");
     // S3 requires the header; signers that omit it (curl --aws-sigv4 before
     // 8.x) hash the empty body of a bodyless request.
-    static const std::string kEmptyHash(s3::kEmptySha256Hex);
+    static const std::string kEmptyHash(net::kEmptySha256Hex);
     if (!sha && req.content_length == 0) sha = &kEmptyHash;
     if (!sha) {
       return S3Error("InvalidRequest",

@@ -5,13 +5,13 @@
 #include <ctime>
 #include <optional>
 
-#include "s3/crypto.h"
+#include "net/crypto.h"
 #include "s3/errors.h"
 #include "s3/sigv4.h"
 
 namespace xsilo::s3server {
 
-using s3::HttpRequest;
+using net::HttpRequest;
 using s3::ObjectEntry;
 using s3::PutCondition;
 using s3::S3Error;
@@ -53,7 +53,7 @@ bool EtagListMatches(std::string_view list, const std::string& etag) {
   if (want.size() >= 2 && want.front() == '"') want = want.substr(1, want.size() - 2);
   while (!list.empty()) {
     size_t comma = list.find(',');
-    std::string_view item = s3::TrimOws(list.substr(0, comma));
+    std::string_view item = net::TrimOws(list.substr(0, comma));
     list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
     if (item == "*") return true;
     if (item.substr(0, 2) == "W/") item.remove_prefix(2);
@@ -93,7 +93,7 @@ Result<PutCondition> WriteCondition(const HttpRequest& req) {
   const std::string* none = req.Header("if-none-match");
   const std::string* match = req.Header("if-match");
   if (none == nullptr && match == nullptr) return PutCondition();
-  if (none != nullptr && s3::TrimOws(*none) != "*") {
+  if (none != nullptr && net::TrimOws(*none) != "*") {
     return S3Error("NotImplemented",
                    "A header you provided implies functionality that is not implemented: "
                    "If-None-Match on a write takes only *");

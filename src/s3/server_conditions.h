@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "s3/http_server.h"
+#include "net/http_server.h"
 #include "s3/object_store.h"
 #include "xsilo/core/status.h"
 
@@ -28,7 +28,7 @@ enum class Precondition { kProceed, kNotModified, kFailed };
 // a copy's source) in the order of RFC 7232 section 6, which S3 follows:
 // If-Match, else If-Unmodified-Since; then If-None-Match, else
 // If-Modified-Since. Dates that do not parse are ignored, as S3 does.
-Precondition EvaluatePreconditions(const s3::HttpRequest& req, const s3::StoredObject& obj,
+Precondition EvaluatePreconditions(const net::HttpRequest& req, const s3::StoredObject& obj,
                                    std::string_view prefix);
 
 // 412 PreconditionFailed.
@@ -38,6 +38,6 @@ Status PreconditionFailed();
 // as S3 has them: If-None-Match "*" writes only a key that holds no object;
 // If-Match <ETag> only over an object with that ETag (404 NoSuchKey when
 // there is none). Both fail with 412 PreconditionFailed. Null without them.
-Result<s3::PutCondition> WriteCondition(const s3::HttpRequest& req);
+Result<s3::PutCondition> WriteCondition(const net::HttpRequest& req);
 
 }  // namespace xsilo::s3server

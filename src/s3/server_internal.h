@@ -28,20 +28,21 @@
 #include <vector>
 
 #include "core/xxh3.h"
+#include "net/http_server.h"
 #include "s3/checksums.h"
 #include "s3/errors.h"
-#include "s3/http_server.h"
 #include "s3/object_store.h"
 #include "s3/request_body.h"
 #include "s3/server_conditions.h"
+#include "s3/sigv4.h"
 #include "xsilo/s3/server.h"
 
 namespace xsilo {
 namespace s3server {
 
-using s3::BodyReader;
-using s3::HttpRequest;
-using s3::HttpResponse;
+using net::BodyReader;
+using net::HttpRequest;
+using net::HttpResponse;
 using s3::ObjectEntry;
 using s3::Params;
 using s3::PutCondition;
@@ -145,7 +146,7 @@ struct S3Server::Impl {
 
   S3ServerOptions opts;
   std::unique_ptr<s3::ObjectStore> store;
-  std::unique_ptr<s3::HttpServer> http;
+  std::unique_ptr<net::HttpServer> http;
   std::mutex uploads_mu;
   std::map<std::string, Upload> uploads;
   // Recently completed uploads, so that a retried Complete (its response

@@ -5,8 +5,8 @@
 #include <optional>
 #include <string>
 
+#include "net/crypto.h"
 #include "s3/checksums.h"
-#include "s3/crypto.h"
 #include "s3/etag.h"
 #include "s3/server_internal.h"
 #include "s3/sigv4.h"
@@ -252,7 +252,7 @@ Status S3Server::Impl::CompleteUpload(Ctx& c) {
         composite.Update(raw->data(), raw->size());
       }
       obj.checksum_algorithm = std::string(s3::ChecksumName(*u.checksum_algorithm));
-      obj.checksum = s3::Base64Of(composite.Finish()) + "-" + std::to_string(listed.size());
+      obj.checksum = net::Base64Of(composite.Finish()) + "-" + std::to_string(listed.size());
     }
     // The object's checksum as the client computed it: must be the composite.
     for (s3::ChecksumAlgorithm a : s3::kAllChecksumAlgorithms) {
@@ -346,7 +346,7 @@ Status S3Server::Impl::UploadPartCopy(Ctx& c, int part) {
   if (declared) {
     s3::ChecksumStream sum(*declared);
     for (const Buffer& b : segments) sum.Update(b.data(), b.size());
-    checksum = s3::Base64Of(sum.Finish());
+    checksum = net::Base64Of(sum.Finish());
   }
   std::time_t now = std::time(nullptr);
   Part old;  // a re-sent part replaces the first; freed outside the lock

@@ -3,8 +3,8 @@
 #include <optional>
 #include <string>
 
+#include "net/crypto.h"
 #include "s3/checksums.h"
-#include "s3/crypto.h"
 #include "s3/server_internal.h"
 #include "s3/sigv4.h"
 #include "s3/xml.h"
@@ -36,7 +36,7 @@ std::string StorableContentEncoding(std::string_view value) {
   std::string out;
   while (!value.empty()) {
     size_t comma = value.find(',');
-    std::string_view token = s3::TrimOws(value.substr(0, comma));
+    std::string_view token = net::TrimOws(value.substr(0, comma));
     value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
     if (token.empty() || token == "aws-chunked") continue;
     if (!out.empty()) out += ", ";
@@ -285,7 +285,7 @@ Status S3Server::Impl::CopyObject(Ctx& c) {
       if (whole) whole->Update(b.data(), b.size());
     }
     obj.etag = etag.Finish();
-    if (whole) obj.checksum = s3::Base64Of(whole->Finish());
+    if (whole) obj.checksum = net::Base64Of(whole->Finish());
   }
   if (directive == "COPY") {
     obj.content_type = std::move(src.content_type);

@@ -43,7 +43,7 @@ bool UriDecode(std::string_view s, std::string* out) {
       continue;
     }
     if (i + 2 >= s.size()) return false;
-    int hi = HexValue(s[i + 1]), lo = HexValue(s[i + 2]);
+    int hi = net::HexValue(s[i + 1]), lo = net::HexValue(s[i + 2]);
     if (hi < 0 || lo < 0) return false;
     out->push_back(static_cast<char>(hi * 16 + lo));
     i += 2;
@@ -166,7 +166,7 @@ std::string FormatIsoDate(std::time_t t) {
 }
 
 std::string CanonicalHeaderValue(std::string_view v) {
-  v = TrimOws(v);
+  v = net::TrimOws(v);
   std::string out;
   out.reserve(v.size());
   bool space = false;
@@ -244,24 +244,25 @@ std::string StringToSign(std::string_view amz_date, std::string_view scope,
   s += '\n';
   s += scope;
   s += '\n';
-  s += Hex(Sha256(canonical_request));
+  s += net::Hex(net::Sha256(canonical_request));
   return s;
 }
 
-Sha256Digest SigningKey(std::string_view secret_key, std::string_view date_stamp,
-                        std::string_view region, std::string_view service) {
+net::Sha256Digest SigningKey(std::string_view secret_key, std::string_view date_stamp,
+                             std::string_view region, std::string_view service) {
   std::string k0 = "AWS4";
   k0 += secret_key;
-  Sha256Digest k = HmacSha256(Bytes(k0), date_stamp);
-  k = HmacSha256(k, region);
-  k = HmacSha256(k, service);
-  return HmacSha256(k, "aws4_request");
+  net::Sha256Digest k = net::HmacSha256(Bytes(k0), date_stamp);
+  k = net::HmacSha256(k, region);
+  k = net::HmacSha256(k, service);
+  return net::HmacSha256(k, "aws4_request");
 }
 
 std::string Signature(std::string_view secret_key, std::string_view date_stamp,
                       std::string_view region, std::string_view service,
                       std::string_view string_to_sign) {
-  return Hex(HmacSha256(SigningKey(secret_key, date_stamp, region, service), string_to_sign));
+  return net::Hex(
+      net::HmacSha256(SigningKey(secret_key, date_stamp, region, service), string_to_sign));
 }
 
 std::string RedactUrl(std::string_view url) {
@@ -325,7 +326,7 @@ std::vector<std::string> SplitSemicolons(std::string_view s) {
   std::vector<std::string> v;
   while (!s.empty()) {
     size_t p = s.find(';');
-    std::string name(TrimOws(s.substr(0, p)));
+    std::string name(net::TrimOws(s.substr(0, p)));
     std::transform(name.begin(), name.end(), name.begin(),
                    [](unsigned char c) { return std::tolower(c); });
     if (!name.empty()) v.push_back(std::move(name));
@@ -338,7 +339,7 @@ std::vector<std::string> SplitSemicolons(std::string_view s) {
 
 Status ParseAuthorizationHeader(std::string_view value, SigV4Auth* out) {
   *out = SigV4Auth{};
-  value = TrimOws(value);
+  value = net::TrimOws(value);
   if (value.substr(0, kSigV4Algorithm.size()) != kSigV4Algorithm) {
     return InvalidArgument("AuthorizationHeaderMalformed: only AWS4-HMAC-SHA256 is supported");
   }
@@ -346,11 +347,11 @@ Status ParseAuthorizationHeader(std::string_view value, SigV4Auth* out) {
   bool have_cred = false, have_signed = false, have_sig = false;
   while (!value.empty()) {
     size_t comma = value.find(',');
-    std::string_view item = TrimOws(value.substr(0, comma));
+    std::string_view item = net::TrimOws(value.substr(0, comma));
     value = comma == std::string_view::npos ? std::string_view() : value.substr(comma + 1);
     size_t eq = item.find('=');
     if (eq == std::string_view::npos) continue;
-    std::string_view k = TrimOws(item.substr(0, eq)), v = TrimOws(item.substr(eq + 1));
+    std::string_view k = net::TrimOws(item.substr(0, eq)), v = net::TrimOws(item.substr(eq + 1));
     if (k == "Credential") {
       XSILO_RETURN_IF_ERROR(ParseCredential(v, out));
       have_cred = true;

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "s3/crypto.h"
+#include "net/crypto.h"
 #include "xsilo/core/status.h"
 
 namespace xsilo::s3 {
@@ -71,8 +71,8 @@ std::string CredentialScope(std::string_view date_stamp, std::string_view region
                             std::string_view service);
 std::string StringToSign(std::string_view amz_date, std::string_view scope,
                          std::string_view canonical_request);
-Sha256Digest SigningKey(std::string_view secret_key, std::string_view date_stamp,
-                        std::string_view region, std::string_view service);
+net::Sha256Digest SigningKey(std::string_view secret_key, std::string_view date_stamp,
+                             std::string_view region, std::string_view service);
 // Hex signature of `string_to_sign`.
 std::string Signature(std::string_view secret_key, std::string_view date_stamp,
                       std::string_view region, std::string_view service,

@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "endpoint/endpoint_test_util.h"
-#include "store/endpoint/local_http.h"
+#include "net/http_client.h"
 
 namespace xsilo::testing {
 namespace {
@@ -27,8 +27,8 @@ TEST(EndpointConnector, UnknownOptionIsInvalidArgument) {
 TEST(EndpointConnector, UnreachableEndpointIsUnavailable) {
   // A port that was just free: nothing listens there.
   int port = 0;
-  int fd = *endpoint_net::ListenTcp({"127.0.0.1", 0}, &port);
-  endpoint_net::CloseFd(fd);
+  int fd = *net::ListenTcp({"127.0.0.1", 0}, &port);
+  net::CloseFd(fd);
   auto c = MakeConnector(
       {"endpoint", {{"address", "127.0.0.1:" + std::to_string(port)}, {"timeout_ms", "2000"}}});
   ASSERT_TRUE(c.ok());
@@ -92,8 +92,8 @@ TEST(Endpoint, StatusCountsLocalServes) {
   auto k = c->Put(Buffer::CopyFrom("x"));
   ASSERT_TRUE(k.ok());
   ASSERT_TRUE(c->Get(*k).ok());
-  auto r = endpoint_net::HttpCall({"127.0.0.1", e->port()}, "GET", "/objects/" + k->id, nullptr,
-                                  std::chrono::seconds(5));
+  auto r = net::HttpCall({"127.0.0.1", e->port()}, "GET", "/objects/" + k->id, nullptr,
+                         std::chrono::seconds(5));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->headers["x-xsilo-path"], "local");
   EXPECT_GE(e->served(endpoint::Path::kLocal), 3u);
@@ -139,8 +139,8 @@ TEST(Endpoint, WithATokenEveryLocalCallMustCarryIt) {
   ASSERT_TRUE(wrong.ok());
   EXPECT_EQ((*wrong)->Put(Buffer::CopyFrom("x")).status().code(), StatusCode::kUnauthenticated);
   for (const char* target : {"/status", "/uuid", "/objects/abc"}) {
-    auto r = endpoint_net::HttpCall({"127.0.0.1", e->port()}, "GET", target, nullptr,
-                                    std::chrono::seconds(10));
+    auto r =
+        net::HttpCall({"127.0.0.1", e->port()}, "GET", target, nullptr, std::chrono::seconds(10));
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->status, 401) << target;
     EXPECT_EQ(r->headers.count("x-xsilo-endpoint"), 0u) << "the uuid leaked on " << target;

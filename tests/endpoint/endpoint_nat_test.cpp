@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "endpoint/endpoint_test_util.h"
+#include "net/tls.h"
 #include "netem/netem_fixture.h"
-#include "s3/tls.h"
 #include "transport/test_util.h"
 #include "xsilo/core/tiers.h"
 
@@ -59,7 +59,7 @@ class EndpointNat : public netem::testing::NetemFixture {
     ro.listen = relay_host + ":0";
     ro.cert_file = dir + "/cert.pem";
     ro.key_file = dir + "/key.pem";
-    EXPECT_TRUE(s3::GenerateSelfSignedCertificate(ro.cert_file, ro.key_file, {relay_host}).ok());
+    EXPECT_TRUE(net::GenerateSelfSignedCertificate(ro.cert_file, ro.key_file, {relay_host}).ok());
     InSite(s.state, kRelaySite, [&] {
       auto r = endpoint::Relay::Start(ro);
       ASSERT_TRUE(r.ok()) << r.status().ToString();

@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "endpoint/endpoint_test_util.h"
-#include "store/endpoint/local_http.h"
+#include "net/http_client.h"
 #include "transport/test_util.h"
 
 namespace xsilo::testing {
@@ -47,16 +47,16 @@ struct TwoSites {
 // A port nothing listens on.
 std::string DeadAddress() {
   int port = 0;
-  int fd = *endpoint_net::ListenTcp({"127.0.0.1", 0}, &port);
-  endpoint_net::CloseFd(fd);
+  int fd = *net::ListenTcp({"127.0.0.1", 0}, &port);
+  net::CloseFd(fd);
   return "127.0.0.1:" + std::to_string(port);
 }
 
 // Reads B's object through A and returns the path A reported.
 std::string PathThroughA(const TwoSites& s, const Key& key) {
-  auto r = endpoint_net::HttpCall({"127.0.0.1", s.a->port()}, "HEAD",
-                                  "/objects/" + key.id + "?endpoint=" + key.attrs.at("endpoint"),
-                                  nullptr, std::chrono::seconds(30));
+  auto r = net::HttpCall({"127.0.0.1", s.a->port()}, "HEAD",
+                         "/objects/" + key.id + "?endpoint=" + key.attrs.at("endpoint"), nullptr,
+                         std::chrono::seconds(30));
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? r->headers["x-xsilo-path"] : "";
 }

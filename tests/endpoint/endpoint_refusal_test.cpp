@@ -8,7 +8,7 @@
 
 #include "endpoint/endpoint_test_util.h"
 #include "endpoint/ticket.h"
-#include "store/endpoint/socket_io.h"
+#include "net/socket.h"
 
 namespace xsilo::testing {
 namespace {
@@ -45,8 +45,8 @@ struct Sites {
   // The status line B answers a GET of `key` with, the session opened with
   // `as`'s certificate and carrying `ticket`.
   std::string AskB(const endpoint::Endpoint& as, const std::string& ticket) {
-    auto fd = endpoint_net::ConnectTcp({"127.0.0.1", b->peer_port()}, std::chrono::seconds(5),
-                                       std::chrono::seconds(30));
+    auto fd = net::ConnectTcp({"127.0.0.1", b->peer_port()}, std::chrono::seconds(5),
+                              std::chrono::seconds(30));
     EXPECT_TRUE(fd.ok());
     auto s = endpoint::TlsStream::Connect(as.identity().pinned_client_ctx(), *fd, "");
     EXPECT_TRUE(s.ok()) << s.status().ToString();
@@ -238,8 +238,8 @@ TEST(EndpointRefusal, TheRelayAnswersOnlyRegisteredEndpoints) {
   // A certificate no endpoint registered with: the relay vouches for nothing.
   auto stranger = endpoint::TlsIdentity::LoadOrCreate(TempDir("stranger"), {"stranger"}, s.ca);
   ASSERT_TRUE(stranger.ok()) << stranger.status().ToString();
-  auto fd = endpoint_net::ConnectTcp({"127.0.0.1", s.relay->port()}, std::chrono::seconds(5),
-                                     std::chrono::seconds(30));
+  auto fd = net::ConnectTcp({"127.0.0.1", s.relay->port()}, std::chrono::seconds(5),
+                            std::chrono::seconds(30));
   ASSERT_TRUE(fd.ok());
   auto t = endpoint::TlsStream::Connect((*stranger)->relay_client_ctx(), *fd, "127.0.0.1");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
@@ -248,8 +248,8 @@ TEST(EndpointRefusal, TheRelayAnswersOnlyRegisteredEndpoints) {
   ASSERT_TRUE(reply.ok());
   EXPECT_EQ(reply->rfind("ERR PermissionDenied", 0), 0u) << *reply;
   // Nor may it take over B's registration: B's certificate is another one.
-  auto fd2 = endpoint_net::ConnectTcp({"127.0.0.1", s.relay->port()}, std::chrono::seconds(5),
-                                      std::chrono::seconds(30));
+  auto fd2 = net::ConnectTcp({"127.0.0.1", s.relay->port()}, std::chrono::seconds(5),
+                             std::chrono::seconds(30));
   ASSERT_TRUE(fd2.ok());
   auto t2 = endpoint::TlsStream::Connect((*stranger)->relay_client_ctx(), *fd2, "127.0.0.1");
   ASSERT_TRUE(t2.ok());
@@ -274,8 +274,8 @@ TEST(EndpointRefusal, AnAdmittingRelayRegistersOnlyTheCertificatesItWasGiven) {
   auto reply_to = [&](const std::string& dir, const std::string& uuid) -> std::string {
     auto id = endpoint::TlsIdentity::LoadOrCreate(dir, {"x"}, ca);  // the same pair, relay CA
     EXPECT_TRUE(id.ok()) << id.status().ToString();
-    auto fd = endpoint_net::ConnectTcp({"127.0.0.1", relay->port()}, std::chrono::seconds(5),
-                                       std::chrono::seconds(30));
+    auto fd = net::ConnectTcp({"127.0.0.1", relay->port()}, std::chrono::seconds(5),
+                              std::chrono::seconds(30));
     EXPECT_TRUE(fd.ok());
     auto t = endpoint::TlsStream::Connect((*id)->relay_client_ctx(), *fd, "127.0.0.1");
     EXPECT_TRUE(t.ok()) << t.status().ToString();
@@ -298,19 +298,19 @@ TEST(EndpointRefusal, TheRelayRefusesConnectionsPastItsBound) {
   std::string ca;
   auto relay = StartRelay(ro, &ca);
   ASSERT_TRUE(relay);
-  const endpoint_net::HostPort at{"127.0.0.1", relay->port()};
-  auto idle = endpoint_net::ConnectTcp(at, std::chrono::seconds(5), std::chrono::seconds(30));
+  const net::HostPort at{"127.0.0.1", relay->port()};
+  auto idle = net::ConnectTcp(at, std::chrono::seconds(5), std::chrono::seconds(30));
   ASSERT_TRUE(idle.ok());
   ASSERT_EQ(::send(*idle, "J", 1, MSG_NOSIGNAL), 1);  // its thread now waits for the rest
-  auto extra = endpoint_net::ConnectTcp(at, std::chrono::seconds(5), std::chrono::seconds(30));
+  auto extra = net::ConnectTcp(at, std::chrono::seconds(5), std::chrono::seconds(30));
   ASSERT_TRUE(extra.ok());
   char c = 0;
   EXPECT_EQ(::recv(*extra, &c, 1, 0), 0) << "the connection past the bound is closed";
   EXPECT_EQ(relay->refused(), 1u);
   int fd = *idle;
-  endpoint_net::CloseFd(fd);
+  net::CloseFd(fd);
   fd = *extra;
-  endpoint_net::CloseFd(fd);
+  net::CloseFd(fd);
   // The slot is free once the idle connection's thread saw it close.
   endpoint::EndpointOptions o;
   o.relay = "127.0.0.1:" + std::to_string(relay->port());

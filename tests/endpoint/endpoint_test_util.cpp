@@ -7,7 +7,7 @@
 #include <mutex>
 #include <vector>
 
-#include "s3/tls.h"
+#include "net/tls.h"
 
 namespace xsilo::testing {
 
@@ -40,7 +40,8 @@ std::unique_ptr<endpoint::Relay> StartRelay(endpoint::RelayOptions o, std::strin
   std::string dir = TempDir("relay");
   o.cert_file = dir + "/cert.pem";
   o.key_file = dir + "/key.pem";
-  Status s = s3::GenerateSelfSignedCertificate(o.cert_file, o.key_file, {"127.0.0.1", "localhost"});
+  Status s =
+      net::GenerateSelfSignedCertificate(o.cert_file, o.key_file, {"127.0.0.1", "localhost"});
   EXPECT_TRUE(s.ok()) << s.ToString();
   *ca_file = o.cert_file;
   auto r = endpoint::Relay::Start(std::move(o));

@@ -8,7 +8,7 @@
 
 #include "endpoint/endpoint_test_util.h"
 #include "endpoint/punch.h"
-#include "store/endpoint/socket_io.h"
+#include "net/socket.h"
 #include "transport/test_util.h"
 
 namespace xsilo::testing {
@@ -41,11 +41,11 @@ TEST(Punch, TwoAgentsCarryAStreamBothWays) {
   ASSERT_TRUE(fb.ok()) << fb.status().ToString();
   Buffer object = PatternTensor(8ull << 20, 5).data;
   std::thread writer([&] {
-    EXPECT_TRUE(endpoint_net::SendAll(*fb, object.data(), object.size()).ok());
+    EXPECT_TRUE(net::SendAll(*fb, object.data(), object.size()).ok());
     ::shutdown(*fb, SHUT_WR);
   });
   std::string got(object.size(), '\0');
-  ASSERT_TRUE(endpoint_net::RecvExact(*fa, got.data(), got.size()).ok());
+  ASSERT_TRUE(net::RecvExact(*fa, got.data(), got.size()).ok());
   writer.join();
   EXPECT_EQ(
       Checksum(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(got.data()), got.size())),

@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "endpoint/endpoint_test_util.h"
-#include "store/endpoint/local_http.h"
+#include "net/http_client.h"
 #include "transport/test_util.h"
 #include "xsilo/hybrid/hybrid.h"
 #include "xsilo/transport/registry.h"
@@ -82,7 +82,7 @@ TransportOptions PartyOptions(int rank, const std::string& address, const endpoi
 
 // The endpoint's /status, as a caller of the local API sees it.
 std::string StatusOf(const endpoint::Endpoint& e) {
-  auto r = endpoint_net::HttpCall({"127.0.0.1", e.port()}, "GET", "/status", nullptr, 10s);
+  auto r = net::HttpCall({"127.0.0.1", e.port()}, "GET", "/status", nullptr, 10s);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? std::string(r->body.view()) : "";
 }

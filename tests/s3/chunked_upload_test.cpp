@@ -10,7 +10,7 @@
 #include <chrono>
 #include <string>
 
-#include "s3/crypto.h"
+#include "net/crypto.h"
 #include "s3/raw_http.h"
 #include "s3/sigv4.h"
 #include "xsilo/s3/server.h"
@@ -59,8 +59,8 @@ class ChunkedUploadTest : public ::testing::Test {
     std::string body;
     for (const std::string& c : chunks) {
       const std::string to_sign = "AWS4-HMAC-SHA256-PAYLOAD\n" + amz_date + "\n" + scope + "\n" +
-                                  previous + "\n" + std::string(s3::kEmptySha256Hex) + "\n" +
-                                  s3::Hex(s3::Sha256(std::string_view(c)));
+                                  previous + "\n" + std::string(net::kEmptySha256Hex) + "\n" +
+                                  net::Hex(net::Sha256(std::string_view(c)));
       previous = s3::Signature(kAwsSk, date, "us-east-1", "s3", to_sign);
       char size[32];
       std::snprintf(size, sizeof(size), "%zx", c.size());

@@ -18,7 +18,7 @@
 #include <set>
 #include <thread>
 
-#include "s3/crypto.h"
+#include "net/crypto.h"
 #include "s3/raw_http.h"
 #include "s3/xml.h"
 #include "transport/test_util.h"
@@ -347,7 +347,7 @@ TEST_F(ClientTest, ChecksumsEndToEnd) {
                                  .checksum_sha256 = true,
                                  .content_md5 = true});
   ASSERT_TRUE(put.ok()) << put.status().ToString();
-  std::string sha = s3::Base64Of(s3::Sha256(data.span()));
+  std::string sha = net::Base64Of(net::Sha256(data.span()));
   EXPECT_EQ(put->checksum_sha256, sha);
   auto got = client_->GetObject({.bucket = "bkt", .key = "ck", .verify_checksum = true});
   ASSERT_TRUE(got.ok()) << got.status().ToString();
@@ -358,7 +358,7 @@ TEST_F(ClientTest, ChecksumsEndToEnd) {
                                      .range_size = 1 << 20,
                                      .verify_checksum = true});
   ASSERT_TRUE(dl.ok()) << dl.status().ToString();
-  std::string wrong = s3::Base64Of(s3::Sha256(std::string_view("other")));
+  std::string wrong = net::Base64Of(net::Sha256(std::string_view("other")));
   auto bad = client_->GetObject({.bucket = "bkt", .key = "ck", .expected_sha256 = wrong});
   EXPECT_EQ(bad.status().code(), StatusCode::kCorrupt);
   auto bad2 = client_->DownloadObject({.bucket = "bkt", .key = "ck", .expected_sha256 = wrong});

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "net/crypto.h"
 #include "s3/checksums.h"
-#include "s3/crypto.h"
 #include "s3/raw_http.h"
 #include "s3/xml.h"
 #include "xsilo/s3/server.h"
@@ -30,21 +30,21 @@ constexpr const char* kSk = "integrity-sk";
 std::span<const uint8_t> Bytes(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
 }
-std::string QuotedMd5(const std::string& s) { return "\"" + s3::Hex(s3::Md5(Bytes(s))) + "\""; }
+std::string QuotedMd5(const std::string& s) { return "\"" + net::Hex(net::Md5(Bytes(s))) + "\""; }
 std::string Base64Checksum(s3::ChecksumAlgorithm a, const std::string& s) {
-  return s3::Base64Of(s3::ComputeChecksum(a, Bytes(s)));
+  return net::Base64Of(s3::ComputeChecksum(a, Bytes(s)));
 }
 
 // The published check values of "123456789" (CRC catalogue; FIPS 180).
 TEST(Checksums, CheckValues) {
   const std::string nine = "123456789";
   using A = s3::ChecksumAlgorithm;
-  EXPECT_EQ(s3::Hex(s3::ComputeChecksum(A::kCrc32, Bytes(nine))), "cbf43926");
-  EXPECT_EQ(s3::Hex(s3::ComputeChecksum(A::kCrc32c, Bytes(nine))), "e3069283");
-  EXPECT_EQ(s3::Hex(s3::ComputeChecksum(A::kCrc64Nvme, Bytes(nine))), "ae8b14860a799888");
-  EXPECT_EQ(s3::Hex(s3::ComputeChecksum(A::kSha1, Bytes(nine))),
+  EXPECT_EQ(net::Hex(s3::ComputeChecksum(A::kCrc32, Bytes(nine))), "cbf43926");
+  EXPECT_EQ(net::Hex(s3::ComputeChecksum(A::kCrc32c, Bytes(nine))), "e3069283");
+  EXPECT_EQ(net::Hex(s3::ComputeChecksum(A::kCrc64Nvme, Bytes(nine))), "ae8b14860a799888");
+  EXPECT_EQ(net::Hex(s3::ComputeChecksum(A::kSha1, Bytes(nine))),
             "f7c3bc1d808e04732adf679965ccc34ca7ae3441");
-  EXPECT_EQ(s3::Hex(s3::ComputeChecksum(A::kSha256, Bytes(nine))),
+  EXPECT_EQ(net::Hex(s3::ComputeChecksum(A::kSha256, Bytes(nine))),
             "15e2b0d3c33891ebb0f1ef609ec419420c20e320ce94c65fbc8c3312448eb225");
 }
 
@@ -139,7 +139,7 @@ TEST_P(IntegrityTest, SinglePartEtagIsTheMd5OfTheBytes) {
   EXPECT_EQ(Signed("PUT", "/bkt/empty").Header("etag"), "\"d41d8cd98f00b204e9800998ecf8427e\"");
   // Listed with the same ETag (XML-escaped quotes).
   RawResponse list = Signed("GET", "/bkt", "list-type=2");
-  EXPECT_NE(list.body.find(s3::Hex(s3::Md5(Bytes("hello world")))), std::string::npos);
+  EXPECT_NE(list.body.find(net::Hex(net::Md5(Bytes("hello world")))), std::string::npos);
   // A server restarted on the same directory still has it.
   if (GetParam()) {
     Start(true);
@@ -161,10 +161,10 @@ TEST_P(IntegrityTest, MultipartEtagsAreMd5OfPartMd5s) {
                     r2.Header("etag") + "</ETag></Part></CompleteMultipartUpload>";
   RawResponse done = Signed("POST", "/bkt/mp", "uploadId=" + id, xml);
   ASSERT_EQ(done.status, 200) << done.body;
-  s3::Md5Digest d1 = s3::Md5(Bytes(p1)), d2 = s3::Md5(Bytes(p2));
+  net::Md5Digest d1 = net::Md5(Bytes(p1)), d2 = net::Md5(Bytes(p2));
   std::string raw(reinterpret_cast<const char*>(d1.data()), 16);
   raw.append(reinterpret_cast<const char*>(d2.data()), 16);
-  const std::string want = "\"" + s3::Hex(s3::Md5(Bytes(raw))) + "-2\"";
+  const std::string want = "\"" + net::Hex(net::Md5(Bytes(raw))) + "-2\"";
   EXPECT_EQ(s3::XmlText(done.body, "ETag").value_or(""), want);
   EXPECT_EQ(Signed("HEAD", "/bkt/mp").Header("etag"), want);
   // A copy is one object again: its ETag is the MD5 of all its bytes. A copy
@@ -193,7 +193,7 @@ TEST_P(IntegrityTest, Xxh3EtagsWhenMd5IsOff) {
 }
 
 TEST_P(IntegrityTest, ContentMd5IsVerified) {
-  const std::string md5 = s3::Base64Of(s3::Md5(Bytes("right")));
+  const std::string md5 = net::Base64Of(net::Md5(Bytes("right")));
   EXPECT_EQ(Signed("PUT", "/bkt/c", "", "right", "Content-MD5: " + md5 + "\r\n").status, 200);
   RawResponse bad = Signed("PUT", "/bkt/d", "", "wrong", "Content-MD5: " + md5 + "\r\n");
   EXPECT_EQ(bad.status, 400);

@@ -3,19 +3,19 @@
 // the client's ListObjectsV2 page.
 #include <gtest/gtest.h>
 
-#include "s3/http_parse.h"
+#include "net/http_parse.h"
 #include "s3/xml_bodies.h"
 
 namespace xsilo::s3 {
 namespace {
 
 TEST(ParseHead, RequestLineHeadersAndContentLength) {
-  HttpRequest r;
+  net::HttpRequest r;
   std::string why;
-  ASSERT_EQ(ParseHead("PUT /b/k%20x?partNumber=2&uploadId=u HTTP/1.1\r\nHost: h\r\n"
-                      "Content-Length:  42 \r\nX-Amz-Date: 20240101T000000Z",
-                      &r, &why),
-            ParseResult::kOk)
+  ASSERT_EQ(net::ParseHead("PUT /b/k%20x?partNumber=2&uploadId=u HTTP/1.1\r\nHost: h\r\n"
+                           "Content-Length:  42 \r\nX-Amz-Date: 20240101T000000Z",
+                           &r, &why),
+            net::ParseResult::kOk)
       << why;
   EXPECT_EQ(r.method, "PUT");
   EXPECT_EQ(r.raw_path, "/b/k%20x");
@@ -32,9 +32,9 @@ TEST(ParseHead, MalformedHeadsAreRefusedWithAReason) {
         "GET / HTTP/1.1\r\nContent-Length: -1",
         "GET / HTTP/1.1\r\nContent-Length: 12345678901234567890",
         "GET / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2", "G(T / HTTP/1.1"}) {
-    HttpRequest r;
+    net::HttpRequest r;
     std::string why;
-    EXPECT_EQ(ParseHead(bad, &r, &why), ParseResult::kBad) << bad;
+    EXPECT_EQ(net::ParseHead(bad, &r, &why), net::ParseResult::kBad) << bad;
     EXPECT_FALSE(why.empty()) << bad;
   }
 }

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "s3/crypto.h"
+#include "net/crypto.h"
 
 namespace xsilo::s3 {
 namespace {
@@ -23,7 +23,7 @@ std::string Sign(std::string_view method, std::string uri, std::string query, Pa
   p.headers = std::move(headers);
   p.payload_hash = std::move(payload);
   std::string creq = CanonicalRequest(p, nullptr);
-  if (canonical_hash) *canonical_hash = Hex(Sha256(creq));
+  if (canonical_hash) *canonical_hash = net::Hex(net::Sha256(creq));
   std::string scope = CredentialScope("20130524", "us-east-1", "s3");
   return Signature(kSecret, "20130524", "us-east-1", "s3", StringToSign(kDate, scope, creq));
 }
@@ -33,15 +33,15 @@ TEST(SigV4, GetObjectExample) {
   std::string sig = Sign("GET", CanonicalUri("/test.txt"), "",
                          {{"host", std::string(kHost)},
                           {"range", "bytes=0-9"},
-                          {"x-amz-content-sha256", std::string(kEmptySha256Hex)},
+                          {"x-amz-content-sha256", std::string(net::kEmptySha256Hex)},
                           {"x-amz-date", std::string(kDate)}},
-                         std::string(kEmptySha256Hex), &creq_hash);
+                         std::string(net::kEmptySha256Hex), &creq_hash);
   EXPECT_EQ(creq_hash, "7344ae5b7ee6c3e7e6b0fe0640412a37625d1fbfff95c48bbb2dc43964946972");
   EXPECT_EQ(sig, "f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41");
 }
 
 TEST(SigV4, PutObjectExample) {
-  std::string payload = Hex(Sha256("Welcome to Amazon S3."));
+  std::string payload = net::Hex(net::Sha256("Welcome to Amazon S3."));
   EXPECT_EQ(payload, "44ce7dd67c959e0d3524ffac1771dfbba87d2b6b4b4e99e42034a8b803f8b072");
   // Header names arrive mixed-case and unsorted; the canonical form fixes both.
   std::string sig = Sign("PUT", CanonicalUri("/test$file.text"), "",
@@ -61,9 +61,9 @@ TEST(SigV4, ListObjectsExampleSortsQuery) {
   EXPECT_EQ(CanonicalQuery(q), "max-keys=2&prefix=J");
   std::string sig = Sign("GET", "/", CanonicalQuery(q),
                          {{"host", std::string(kHost)},
-                          {"x-amz-content-sha256", std::string(kEmptySha256Hex)},
+                          {"x-amz-content-sha256", std::string(net::kEmptySha256Hex)},
                           {"x-amz-date", std::string(kDate)}},
-                         std::string(kEmptySha256Hex));
+                         std::string(net::kEmptySha256Hex));
   EXPECT_EQ(sig, "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7");
 }
 
@@ -73,9 +73,9 @@ TEST(SigV4, LifecycleExampleValuelessParameter) {
   EXPECT_EQ(CanonicalQuery(q), "lifecycle=");
   std::string sig = Sign("GET", "/", CanonicalQuery(q),
                          {{"host", std::string(kHost)},
-                          {"x-amz-content-sha256", std::string(kEmptySha256Hex)},
+                          {"x-amz-content-sha256", std::string(net::kEmptySha256Hex)},
                           {"x-amz-date", std::string(kDate)}},
-                         std::string(kEmptySha256Hex));
+                         std::string(net::kEmptySha256Hex));
   EXPECT_EQ(sig, "fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543");
 }
 

@@ -8,7 +8,7 @@
 
 #include "commands.h"
 #include "endpoint/endpoint.h"
-#include "store/endpoint/local_http.h"
+#include "net/http_client.h"
 #include "xsilo/core/secret.h"
 
 namespace xsilo::cli {
@@ -129,14 +129,13 @@ void AddEndpointCommand(CLI::App& app) {
       }
       token = *read;
     }
-    auto hp = endpoint_net::ParseHostPort(args->status_address);
-    auto r = hp.ok() ? endpoint_net::HttpCall(*hp, "GET", "/status", nullptr,
-                                              std::chrono::seconds(10), token)
-                     : Result<endpoint_net::HttpReply>(hp.status());
+    auto hp = net::ParseHostPort(args->status_address);
+    auto r = hp.ok()
+                 ? net::HttpCall(*hp, "GET", "/status", nullptr, std::chrono::seconds(10), token)
+                 : Result<net::HttpReply>(hp.status());
     if (!r.ok() || r->status != 200) {
       std::cerr << "endpoint status: "
-                << (r.ok() ? endpoint_net::StatusOfReply(*r, "status").ToString()
-                           : r.status().ToString())
+                << (r.ok() ? net::StatusOfReply(*r, "status").ToString() : r.status().ToString())
                 << "\n";
       std::exit(1);
     }

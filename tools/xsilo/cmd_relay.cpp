@@ -8,7 +8,7 @@
 
 #include "commands.h"
 #include "endpoint/relay.h"
-#include "s3/tls.h"
+#include "net/tls.h"
 
 namespace xsilo::cli {
 
@@ -83,7 +83,7 @@ void AddRelayCommand(CLI::App& app) {
         if (!host.empty() && host != "0.0.0.0" && host != "127.0.0.1") {
           hosts.insert(hosts.begin(), host);
         }
-        Status st = s3::GenerateSelfSignedCertificate(o->cert_file, o->key_file, hosts, 3650);
+        Status st = net::GenerateSelfSignedCertificate(o->cert_file, o->key_file, hosts, 3650);
         if (!st.ok()) {
           std::cerr << "relay: " << st.ToString() << "\n";
           std::exit(1);

@@ -1,8 +1,8 @@
-// MetricsEndpoint: serves a Registry as GET /metrics over plain HTTP/1.0
-// (one request per connection, Connection: close), for Prometheus and curl.
-// One thread answers connections one at a time; a scrape is small and
-// rare, so nothing more is needed. Any other path is 404, any other method
-// 405. A client that sends nothing for io_timeout is dropped.
+// MetricsEndpoint: serves a Registry as GET /metrics over plain HTTP/1.1
+// (keep-alive), for Prometheus and curl, on the network layer's HTTP server
+// (src/net/http_server.h) with two workers: a scrape is small and rare. Any
+// other path is 404, any other method 405. A client that sends nothing for
+// io_timeout is dropped.
 #pragma once
 
 #include <chrono>

@@ -20,18 +20,18 @@
 #include <chrono>
 #include <mutex>
 
+#include "net/http_client.h"
 #include "store/builtin.h"
-#include "store/endpoint/local_http.h"
 #include "xsilo/core/secret.h"
 
 namespace xsilo {
 
 namespace {
 
-using endpoint_net::HostPort;
-using endpoint_net::HttpCall;
-using endpoint_net::HttpReply;
-using endpoint_net::StatusOfReply;
+using net::HostPort;
+using net::HttpCall;
+using net::HttpReply;
+using net::StatusOfReply;
 
 bool ValidToken(const std::string& s) {
   if (s.empty() || s.size() > 128) return false;
@@ -179,7 +179,7 @@ Result<std::unique_ptr<Connector>> MakeEndpointConnector(const ConnectorOptions&
       "endpoint", options, {"address", "timeout_ms", "put_to", "readers", "token_file"}));
   auto it = options.find("address");
   if (it == options.end()) return InvalidArgument("endpoint connector needs option 'address'");
-  XSILO_ASSIGN_OR_RETURN(HostPort hp, endpoint_net::ParseHostPort(it->second));
+  XSILO_ASSIGN_OR_RETURN(HostPort hp, net::ParseHostPort(it->second));
   XSILO_ASSIGN_OR_RETURN(int64_t timeout,
                          ConnectorIntOption("endpoint", options, "timeout_ms", 60000, 1, 86400000));
   std::string put_to;

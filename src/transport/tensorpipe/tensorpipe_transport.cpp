@@ -15,7 +15,7 @@
 
 #include <tensorpipe/tensorpipe.h>
 
-#include "core/sigpipe.h"
+#include "net/sigpipe.h"
 #include "transport/builtin.h"
 #include "transport/tensorpipe/descriptor.h"
 #include "transport/tensorpipe/options.h"
@@ -232,7 +232,7 @@ class TensorPipeTransport final : public Transport {
   // raises SIGPIPE when a peer hangs up mid-write: they inherit SIGPIPE
   // blocked from this scope and see EPIPE instead.
   Status MakeContext() {
-    core_detail::SigpipeBlock sigpipe_blocked;
+    net::SigpipeBlock sigpipe_blocked;
     ctx_ = std::make_shared<tensorpipe::Context>(
         tensorpipe::ContextOptions().name("xsilo-rank-" + std::to_string(rank())));
     ctx_->registerTransport(0, "tcp", tensorpipe::transport::uv::create());

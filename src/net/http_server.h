@@ -1,4 +1,6 @@
-// Private: a small HTTP/1.1 server on blocking sockets, made for large bodies.
+// Net layer: a small HTTP/1.1 server on blocking sockets, made for large
+// bodies; it serves the embedded S3 server, the object endpoint and the
+// metrics endpoint.
 //
 // One acceptor thread hands connections to a bounded pool of worker threads
 // (grown lazily up to max_connections); a worker serves one keep-alive
@@ -21,15 +23,19 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
-#include "s3/sigv4.h"
 #include "xsilo/core/buffer.h"
 #include "xsilo/core/status.h"
 
 typedef struct ssl_st SSL;
 
-namespace xsilo::s3 {
+namespace xsilo::net {
+
+// Header (or query) name-value pairs in arrival order. s3/sigv4.h names the
+// same type s3::Params.
+using Params = std::vector<std::pair<std::string, std::string>>;
 
 class TlsServerContext;
 
@@ -162,4 +168,4 @@ class HttpServer {
   std::vector<std::pair<int, std::chrono::steady_clock::time_point>> parked_;
 };
 
-}  // namespace xsilo::s3
+}  // namespace xsilo::net

@@ -1,12 +1,14 @@
 // The request and response model's helpers and the request-head parser
 // (http_parse.h): pure, no socket, fuzzed by fuzz/fuzz_s3_http.cpp.
-#include "s3/http_parse.h"
+#include "net/http_parse.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cstring>
 
-namespace xsilo::s3 {
+#include "net/crypto.h"
+
+namespace xsilo::net {
 
 const std::string* HttpRequest::Header(std::string_view lower_name) const {
   for (const auto& [k, v] : headers) {
@@ -123,4 +125,4 @@ ParseResult ParseHead(std::string_view head, HttpRequest* req, std::string* why)
   return ParseResult::kOk;
 }
 
-}  // namespace xsilo::s3
+}  // namespace xsilo::net

@@ -1,14 +1,14 @@
-// Private: the HTTP/1.1 request-head parser of the embedded S3 server's
-// HttpServer, exposed on its own so that it can be fuzzed
-// (fuzz/fuzz_s3_http.cpp) and tested without a socket.
+// Net layer: the HTTP/1.1 request-head parser of the HttpServer, exposed
+// on its own so that it can be fuzzed (fuzz/fuzz_s3_http.cpp) and tested
+// without a socket.
 #pragma once
 
 #include <string>
 #include <string_view>
 
-#include "s3/http_server.h"
+#include "net/http_server.h"
 
-namespace xsilo::s3 {
+namespace xsilo::net {
 
 enum class ParseResult { kOk, kBad, kTooLarge };
 
@@ -18,4 +18,4 @@ enum class ParseResult { kOk, kBad, kTooLarge };
 // then partly filled and must not be used.
 ParseResult ParseHead(std::string_view head, HttpRequest* req, std::string* why);
 
-}  // namespace xsilo::s3
+}  // namespace xsilo::net

@@ -1,4 +1,4 @@
-#include "s3/tls.h"
+#include "net/tls.h"
 
 #include <arpa/inet.h>
 #include <openssl/err.h>
@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <random>
 
-namespace xsilo::s3 {
+namespace xsilo::net {
 
 namespace {
 
@@ -130,4 +130,4 @@ Status GenerateSelfSignedCertificate(const std::string& cert_file, const std::st
   return Status::OK();
 }
 
-}  // namespace xsilo::s3
+}  // namespace xsilo::net

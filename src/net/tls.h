@@ -1,4 +1,5 @@
-// Private: TLS for the embedded S3 server's HTTP engine, over OpenSSL.
+// Net layer: TLS for the HttpServer (the embedded S3 server, the endpoint),
+// over OpenSSL.
 //
 // The server side only: a context loaded from a PEM certificate chain and
 // key, TLS 1.2 or newer. Clients are libcurl's (S3ClientOptions::ca_file,
@@ -16,7 +17,7 @@
 
 typedef struct ssl_ctx_st SSL_CTX;
 
-namespace xsilo::s3 {
+namespace xsilo::net {
 
 class TlsServerContext {
  public:
@@ -41,4 +42,4 @@ class TlsServerContext {
 Status GenerateSelfSignedCertificate(const std::string& cert_file, const std::string& key_file,
                                      const std::vector<std::string>& hosts, int days = 30);
 
-}  // namespace xsilo::s3
+}  // namespace xsilo::net

@@ -1,11 +1,11 @@
-#include "s3/crypto.h"
+#include "net/crypto.h"
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
 #include "xsilo/core/base64.h"
 
-namespace xsilo::s3 {
+namespace xsilo::net {
 
 namespace {
 struct EvpStream {
@@ -76,4 +76,4 @@ std::string Hex(std::span<const uint8_t> bytes) {
 
 std::string Base64Of(std::span<const uint8_t> bytes) { return Base64Encode(bytes); }
 
-}  // namespace xsilo::s3
+}  // namespace xsilo::net

@@ -1,4 +1,4 @@
-#include "store/endpoint/socket_io.h"
+#include "net/socket.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -14,7 +14,7 @@
 #include <cstring>
 #include <vector>
 
-namespace xsilo::endpoint_net {
+namespace xsilo::net {
 
 Result<HostPort> ParseHostPort(std::string_view text) {
   HostPort hp;
@@ -199,4 +199,4 @@ Status RecvExact(int fd, void* data, size_t n) {
   return Status::OK();
 }
 
-}  // namespace xsilo::endpoint_net
+}  // namespace xsilo::net

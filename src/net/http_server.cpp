@@ -1,10 +1,9 @@
-#include "s3/http_server.h"
+#include "net/http_server.h"
 
-#include "core/sigpipe.h"
-#include "s3/crypto.h"
-#include "s3/http_conn.h"
-#include "s3/http_parse.h"
-#include "s3/tls.h"
+#include "net/http_conn.h"
+#include "net/http_parse.h"
+#include "net/sigpipe.h"
+#include "net/tls.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -24,7 +23,7 @@
 #include <climits>
 #include <cstring>
 
-namespace xsilo::s3 {
+namespace xsilo::net {
 
 namespace {
 
@@ -265,7 +264,7 @@ void HttpServer::RefuseWithSpareDescriptor() {
 
 void HttpServer::WorkerLoop() {
   // SendFile's SIGPIPE must not reach the process (see there).
-  core_detail::BlockSigpipe();
+  net::BlockSigpipe();
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     ++idle_workers_;
@@ -421,4 +420,4 @@ bool HttpServer::ServeConnection(const Link& link) {
   return false;
 }
 
-}  // namespace xsilo::s3
+}  // namespace xsilo::net

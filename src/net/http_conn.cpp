@@ -1,4 +1,4 @@
-#include "s3/http_conn.h"
+#include "net/http_conn.h"
 
 #include <openssl/ssl.h>
 #include <signal.h>
@@ -11,15 +11,16 @@
 #include <climits>
 #include <cstring>
 
-#include "core/sigpipe.h"
+#include "net/crypto.h"
+#include "net/sigpipe.h"
 
-namespace xsilo::s3 {
+namespace xsilo::net {
 
 namespace {
 
 // Worker threads block SIGPIPE (HttpServer::WorkerLoop); a failed write
 // takes back what it raised.
-using core_detail::DrainSigpipe;
+using net::DrainSigpipe;
 
 // One write of a TLS session, whole (SSL_MODE_AUTO_RETRY, blocking socket).
 bool TlsWrite(SSL* ssl, const void* data, size_t n) {
@@ -243,4 +244,4 @@ Result<Buffer> ConnBodyReader::ReadChunked(uint64_t limit, const Observer& obser
   return joined;
 }
 
-}  // namespace xsilo::s3
+}  // namespace xsilo::net

@@ -1,4 +1,5 @@
-// Private: the hashes S3 needs (SHA-256, HMAC-SHA256, MD5), over OpenSSL.
+// Net layer: the hashes SigV4, ETags and the relay tickets need (SHA-256,
+// HMAC-SHA256, MD5), over OpenSSL, and the hex and base64 text of a digest.
 #pragma once
 
 #include <array>
@@ -8,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-namespace xsilo::s3 {
+namespace xsilo::net {
 
 using Sha256Digest = std::array<uint8_t, 32>;
 using Md5Digest = std::array<uint8_t, 16>;
@@ -76,4 +77,4 @@ class Md5Stream {
 inline constexpr std::string_view kEmptySha256Hex =
     "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
 
-}  // namespace xsilo::s3
+}  // namespace xsilo::net

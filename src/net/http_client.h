@@ -1,4 +1,4 @@
-// Private: the endpoint connector's HTTP/1.1 client for the local endpoint's
+// Net layer: the endpoint connector's HTTP/1.1 client for the local endpoint's
 // API (plain HTTP on loopback). One connection per call ("Connection:
 // close"): calls are independent, so any number of threads call at once.
 #pragma once
@@ -8,10 +8,10 @@
 #include <map>
 #include <string>
 
-#include "store/endpoint/socket_io.h"
+#include "net/socket.h"
 #include "xsilo/core/buffer.h"
 
-namespace xsilo::endpoint_net {
+namespace xsilo::net {
 
 struct HttpReply {
   int status = 0;
@@ -31,4 +31,4 @@ Result<HttpReply> HttpCall(const HostPort& server, const std::string& method,
 // Maps an error reply to a Status (its body is the message).
 Status StatusOfReply(const HttpReply& reply, const std::string& what);
 
-}  // namespace xsilo::endpoint_net
+}  // namespace xsilo::net

@@ -1,4 +1,4 @@
-#include "store/endpoint/local_http.h"
+#include "net/http_client.h"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 #include <charconv>
 #include <cstring>
 
-namespace xsilo::endpoint_net {
+namespace xsilo::net {
 
 namespace {
 
@@ -139,4 +139,4 @@ Status StatusOfReply(const HttpReply& reply, const std::string& what) {
   }
 }
 
-}  // namespace xsilo::endpoint_net
+}  // namespace xsilo::net

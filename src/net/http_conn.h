@@ -1,4 +1,4 @@
-// Private: one connection of the embedded S3 server's HttpServer: whole
+// Private to net: one connection of the HttpServer: whole
 // writes (plain or TLS, sendfile for file bodies), buffered reads, and the
 // request body reader (Content-Length, chunked, 100-continue).
 #pragma once
@@ -11,9 +11,9 @@
 #include <string_view>
 #include <vector>
 
-#include "s3/http_server.h"
+#include "net/http_server.h"
 
-namespace xsilo::s3 {
+namespace xsilo::net {
 
 // Writes the whole iovec list; false when the peer is gone or a send timed out.
 bool SendAll(const Link& link, std::vector<iovec>& iov);
@@ -84,4 +84,4 @@ class ConnBodyReader : public BodyReader {
   const uint64_t max_line_bytes_;
 };
 
-}  // namespace xsilo::s3
+}  // namespace xsilo::net

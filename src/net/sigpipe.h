@@ -1,4 +1,4 @@
-// Private: keeping SIGPIPE from killing the process, without touching its
+// Net layer: keeping SIGPIPE from killing the process, without touching its
 // disposition (which belongs to the application).
 //
 // A write to a peer that hung up raises SIGPIPE where the call cannot be
@@ -11,7 +11,7 @@
 #include <cerrno>
 #include <ctime>
 
-namespace xsilo::core_detail {
+namespace xsilo::net {
 
 // Takes a SIGPIPE pending on this thread, if any, so that it is not
 // delivered when the thread unblocks it.
@@ -51,4 +51,4 @@ class SigpipeBlock {
   sigset_t old_;
 };
 
-}  // namespace xsilo::core_detail
+}  // namespace xsilo::net

@@ -1,4 +1,4 @@
-// Private: blocking TCP helpers with timeouts, shared by the endpoint
+// Net layer: blocking TCP helpers with timeouts, shared by the endpoint
 // connector (src/store/endpoint), the endpoint and the relay (src/endpoint).
 // Every call that can block is bounded: connect by its own timeout, each
 // send/recv by the socket's SO_SNDTIMEO/SO_RCVTIMEO (SetIoTimeout).
@@ -12,7 +12,7 @@
 #include "xsilo/core/codec.h"
 #include "xsilo/core/status.h"
 
-namespace xsilo::endpoint_net {
+namespace xsilo::net {
 
 struct HostPort {
   std::string host;
@@ -45,4 +45,4 @@ Status RecvExact(int fd, void* data, size_t n);
 // Closes fd if >= 0 and sets it to -1.
 void CloseFd(int& fd);
 
-}  // namespace xsilo::endpoint_net
+}  // namespace xsilo::net
