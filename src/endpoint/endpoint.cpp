@@ -141,7 +141,7 @@ Status Endpoint::Init() {
     tls_dir = tmpl;
   }
   XSILO_ASSIGN_OR_RETURN(
-      identity_, TlsIdentity::LoadOrCreate(tls_dir, {"xsilo-endpoint-" + uuid_}, o_.relay_ca));
+      identity_, net::TlsIdentity::LoadOrCreate(tls_dir, {"xsilo-endpoint-" + uuid_}, o_.relay_ca));
   if (o_.dir.empty()) std::filesystem::remove_all(tls_dir);  // loaded; nothing needs the files
 
   XSILO_ASSIGN_OR_RETURN(auto local, net::ParseHostPort(o_.listen));

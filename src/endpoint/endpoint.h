@@ -36,7 +36,7 @@
 
 #include "endpoint/object_table.h"
 #include "endpoint/punch.h"
-#include "endpoint/tls_link.h"
+#include "net/tls.h"
 #include "xsilo/core/buffer.h"
 #include "xsilo/core/codec.h"
 
@@ -143,7 +143,7 @@ class Endpoint {
   // returned as replies; a broken path is Unavailable.
   // One request line to the relay and its one-line answer (relay.h).
   Result<std::string> AskRelay(const std::string& line);
-  const TlsIdentity& identity() const { return *identity_; }
+  const net::TlsIdentity& identity() const { return *identity_; }
 
   Result<PeerReply> CallPeer(const std::string& owner, const std::string& method,
                              const std::string& id, const GatherList* body);
@@ -154,12 +154,12 @@ class Endpoint {
   void HandleLocal(const net::HttpRequest& req, net::BodyReader& body, net::HttpResponse* resp);
   // Peer API
   void PeerAcceptLoop();
-  void ServePeerSession(std::unique_ptr<TlsStream> s);
+  void ServePeerSession(std::unique_ptr<net::TlsStream> s);
   // Runs fn on a session thread; false (fn not run) once stopping.
   bool RunSession(std::function<void()> fn);
   // Relay link
   void RelayLoop();
-  Status RegisterOnce(std::shared_ptr<TlsStream>* control);
+  Status RegisterOnce(std::shared_ptr<net::TlsStream>* control);
   // The owner's side of a session on a socket it dials: to the relay
   // ("JOIN <token> owner") or back to a requester ("DIALED <token>").
   void ServeRelayed(const std::string& token);
@@ -189,12 +189,12 @@ class Endpoint {
   void NoteFailed(const std::string& owner, Path path, const Status& why);
   void NoteServeFailed(Path path, const Status& why);
   void KeepFailureLocked(std::string what);  // into failures_; mu_ held
-  Result<std::unique_ptr<TlsStream>> DialRelay();
+  Result<std::unique_ptr<net::TlsStream>> DialRelay();
 
   EndpointOptions o_;
   ObjectTable table_;
   std::string uuid_;
-  std::shared_ptr<TlsIdentity> identity_;
+  std::shared_ptr<net::TlsIdentity> identity_;
   std::unique_ptr<net::HttpServer> local_;
   int peer_fd_ = -1;
   int peer_port_ = 0;
@@ -207,7 +207,7 @@ class Endpoint {
   std::condition_variable cv_;
   std::string secret_;  // from the relay; "" while unregistered
   bool register_tried_ = false;
-  std::shared_ptr<TlsStream> control_;
+  std::shared_ptr<net::TlsStream> control_;
   int sessions_ = 0;
   std::set<int> session_fds_;
   // Reverse path: tokens AwaitDialBack waits for; -1 until the owner's

@@ -63,7 +63,7 @@ Status StatusOfRelayError(const std::string& reply) {
 }
 
 // One request/reply on a session to the owner.
-Result<PeerReply> Session(TlsStream& s, const std::string& method, const std::string& id,
+Result<PeerReply> Session(net::TlsStream& s, const std::string& method, const std::string& id,
                           const GatherList* body, const std::string& ticket) {
   const uint64_t n = body ? body->size : 0;
   XSILO_RETURN_IF_ERROR(
@@ -127,7 +127,7 @@ void Endpoint::PeerAcceptLoop() {
     bool started = RunSession([this, fd] {
       unsigned char first = 0;
       if (::recv(fd, &first, 1, MSG_PEEK) == 1 && first != 0x16) return HandDialBack(fd);
-      auto s = TlsStream::Accept(identity_->server_ctx(), fd);
+      auto s = net::TlsStream::Accept(identity_->server_ctx(), fd);
       if (s.ok()) {
         ServePeerSession(std::move(s).value());
       } else {
@@ -143,7 +143,7 @@ void Endpoint::PeerAcceptLoop() {
   }
 }
 
-void Endpoint::ServePeerSession(std::unique_ptr<TlsStream> s) {
+void Endpoint::ServePeerSession(std::unique_ptr<net::TlsStream> s) {
   const int fd = s->fd();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -371,7 +371,7 @@ Result<PeerReply> Endpoint::CallPeer(const std::string& owner, const std::string
   if (verb != "PEER") return StatusOfRelayError(peer);
 
   auto pinned = [&](int fd, Path path) -> Result<PeerReply> {
-    XSILO_ASSIGN_OR_RETURN(auto s, TlsStream::Connect(identity_->pinned_client_ctx(), fd, ""));
+    XSILO_ASSIGN_OR_RETURN(auto s, net::TlsStream::Connect(identity_->pinned_client_ctx(), fd, ""));
     if (s->peer_fingerprint() != fp) {
       return PermissionDenied("endpoint " + owner + " presented certificate " +
                               s->peer_fingerprint() + ", the relay vouched for " + fp);

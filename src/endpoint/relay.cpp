@@ -37,7 +37,7 @@ int64_t SteadyNanos() {
 
 Result<std::unique_ptr<Relay>> Relay::Start(RelayOptions options) {
   std::unique_ptr<Relay> r(new Relay(std::move(options)));
-  XSILO_ASSIGN_OR_RETURN(r->identity_, TlsIdentity::Load(r->o_.cert_file, r->o_.key_file));
+  XSILO_ASSIGN_OR_RETURN(r->identity_, net::TlsIdentity::Load(r->o_.cert_file, r->o_.key_file));
   XSILO_ASSIGN_OR_RETURN(auto hp, net::ParseHostPort(r->o_.listen));
   XSILO_ASSIGN_OR_RETURN(r->listen_fd_, net::ListenTcp(hp, &r->port_));
   r->acceptor_ = std::thread([p = r.get()] { p->AcceptLoop(); });
@@ -148,12 +148,12 @@ void Relay::Serve(int fd) {
 }
 
 void Relay::ServeControl(int fd) {
-  auto s = TlsStream::Accept(identity_->server_ctx(), fd);
+  auto s = net::TlsStream::Accept(identity_->server_ctx(), fd);
   if (!s.ok()) {
     Untrack(fd);
     return;
   }
-  std::shared_ptr<TlsStream> stream(std::move(s).value());
+  std::shared_ptr<net::TlsStream> stream(std::move(s).value());
   auto line = stream->ReadLine();
   bool keep = false;
   if (line.ok()) {
@@ -163,7 +163,7 @@ void Relay::ServeControl(int fd) {
   Untrack(fd);
 }
 
-std::string Relay::Handle(const std::string& line, const std::shared_ptr<TlsStream>& s,
+std::string Relay::Handle(const std::string& line, const std::shared_ptr<net::TlsStream>& s,
                           bool* keep) {
   std::istringstream in(line);
   std::string verb, a, b;
@@ -293,7 +293,8 @@ std::string Relay::Handle(const std::string& line, const std::shared_ptr<TlsStre
   return "ERR InvalidArgument unknown request " + verb;
 }
 
-void Relay::DropRegistration(const std::string& uuid, const std::shared_ptr<TlsStream>& control) {
+void Relay::DropRegistration(const std::string& uuid,
+                             const std::shared_ptr<net::TlsStream>& control) {
   auto it = registry_.find(uuid);
   if (it != registry_.end() && it->second.control == control) registry_.erase(it);
 }

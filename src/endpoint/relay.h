@@ -33,7 +33,7 @@
 #include <string>
 #include <thread>
 
-#include "endpoint/tls_link.h"
+#include "net/tls.h"
 #include "xsilo/core/status.h"
 
 namespace xsilo::endpoint {
@@ -78,7 +78,7 @@ class Relay {
  private:
   struct Registration {
     std::string fp, addrs, secret;
-    std::shared_ptr<TlsStream> control;
+    std::shared_ptr<net::TlsStream> control;
     std::shared_ptr<std::mutex> write_mu;
   };
   struct Pipe;
@@ -95,15 +95,15 @@ class Relay {
   void ServeControl(int fd);
   void ServeJoin(int fd);
   void Pump(Pipe& pipe, int from, int to, bool to_requester);
-  std::string Handle(const std::string& line, const std::shared_ptr<TlsStream>& s, bool* keep);
+  std::string Handle(const std::string& line, const std::shared_ptr<net::TlsStream>& s, bool* keep);
   // A registration whose session broke (a write to it failed) is removed,
   // unless the endpoint registered again since. Called with mu_ held.
-  void DropRegistration(const std::string& uuid, const std::shared_ptr<TlsStream>& control);
+  void DropRegistration(const std::string& uuid, const std::shared_ptr<net::TlsStream>& control);
   void Track(int fd);
   void Untrack(int fd);
 
   RelayOptions o_;
-  std::shared_ptr<TlsIdentity> identity_;
+  std::shared_ptr<net::TlsIdentity> identity_;
   int listen_fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stopping_{false};

@@ -14,10 +14,10 @@
 
 namespace xsilo::endpoint {
 
-Result<std::unique_ptr<TlsStream>> Endpoint::DialRelay() {
+Result<std::unique_ptr<net::TlsStream>> Endpoint::DialRelay() {
   XSILO_ASSIGN_OR_RETURN(auto hp, net::ParseHostPort(o_.relay));
   XSILO_ASSIGN_OR_RETURN(int fd, net::ConnectTcp(hp, o_.connect_timeout, o_.io_timeout));
-  auto s = TlsStream::Connect(identity_->relay_client_ctx(), fd, hp.host);
+  auto s = net::TlsStream::Connect(identity_->relay_client_ctx(), fd, hp.host);
   if (!s.ok()) return s.status().WithContext("relay " + o_.relay);
   return s;
 }
@@ -30,7 +30,7 @@ Result<std::string> Endpoint::AskRelay(const std::string& line) {
   return reply;
 }
 
-Status Endpoint::RegisterOnce(std::shared_ptr<TlsStream>* control) {
+Status Endpoint::RegisterOnce(std::shared_ptr<net::TlsStream>* control) {
   XSILO_ASSIGN_OR_RETURN(auto s, DialRelay());
   XSILO_RETURN_IF_ERROR(s->WriteLine("REGISTER " + uuid_ + " " + addrs_));
   XSILO_ASSIGN_OR_RETURN(std::string reply, s->ReadLine());
@@ -60,7 +60,7 @@ Status Endpoint::RegisterOnce(std::shared_ptr<TlsStream>* control) {
 void Endpoint::RelayLoop() {
   auto backoff = std::chrono::milliseconds(100);
   while (!stopping_) {
-    std::shared_ptr<TlsStream> control;
+    std::shared_ptr<net::TlsStream> control;
     Status s = RegisterOnce(&control);
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -157,7 +157,7 @@ void Endpoint::ServeDialled(int fd, const std::string& hello) {
     if (stopping_) ::shutdown(fd, SHUT_RDWR);
   }
   // The requester opens the session: this side is the TLS server.
-  auto s = TlsStream::Accept(identity_->server_ctx(), fd);
+  auto s = net::TlsStream::Accept(identity_->server_ctx(), fd);
   if (s.ok()) {
     ServePeerSession(std::move(s).value());
   } else {

@@ -48,7 +48,7 @@ struct Sites {
     auto fd = net::ConnectTcp({"127.0.0.1", b->peer_port()}, std::chrono::seconds(5),
                               std::chrono::seconds(30));
     EXPECT_TRUE(fd.ok());
-    auto s = endpoint::TlsStream::Connect(as.identity().pinned_client_ctx(), *fd, "");
+    auto s = net::TlsStream::Connect(as.identity().pinned_client_ctx(), *fd, "");
     EXPECT_TRUE(s.ok()) << s.status().ToString();
     EXPECT_EQ((*s)->peer_fingerprint(), b->fingerprint());
     EXPECT_TRUE((*s)->WriteLine("XSP/1 GET " + key.id + " 0 " + ticket).ok());
@@ -236,12 +236,12 @@ TEST(EndpointRefusal, APeerReadsOnlyWhatItWasGranted) {
 TEST(EndpointRefusal, TheRelayAnswersOnlyRegisteredEndpoints) {
   Sites s;
   // A certificate no endpoint registered with: the relay vouches for nothing.
-  auto stranger = endpoint::TlsIdentity::LoadOrCreate(TempDir("stranger"), {"stranger"}, s.ca);
+  auto stranger = net::TlsIdentity::LoadOrCreate(TempDir("stranger"), {"stranger"}, s.ca);
   ASSERT_TRUE(stranger.ok()) << stranger.status().ToString();
   auto fd = net::ConnectTcp({"127.0.0.1", s.relay->port()}, std::chrono::seconds(5),
                             std::chrono::seconds(30));
   ASSERT_TRUE(fd.ok());
-  auto t = endpoint::TlsStream::Connect((*stranger)->relay_client_ctx(), *fd, "127.0.0.1");
+  auto t = net::TlsStream::Connect((*stranger)->relay_client_ctx(), *fd, "127.0.0.1");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   ASSERT_TRUE((*t)->WriteLine("LOOKUP " + s.b->uuid()).ok());
   auto reply = (*t)->ReadLine();
@@ -251,7 +251,7 @@ TEST(EndpointRefusal, TheRelayAnswersOnlyRegisteredEndpoints) {
   auto fd2 = net::ConnectTcp({"127.0.0.1", s.relay->port()}, std::chrono::seconds(5),
                              std::chrono::seconds(30));
   ASSERT_TRUE(fd2.ok());
-  auto t2 = endpoint::TlsStream::Connect((*stranger)->relay_client_ctx(), *fd2, "127.0.0.1");
+  auto t2 = net::TlsStream::Connect((*stranger)->relay_client_ctx(), *fd2, "127.0.0.1");
   ASSERT_TRUE(t2.ok());
   ASSERT_TRUE((*t2)->WriteLine("REGISTER " + s.b->uuid() + " 127.0.0.1:1").ok());
   reply = (*t2)->ReadLine();
@@ -264,7 +264,7 @@ TEST(EndpointRefusal, TheRelayAnswersOnlyRegisteredEndpoints) {
 // ticket to anyone.
 TEST(EndpointRefusal, AnAdmittingRelayRegistersOnlyTheCertificatesItWasGiven) {
   const std::string admitted_dir = TempDir("admitted"), stranger_dir = TempDir("stranger");
-  auto admitted = endpoint::TlsIdentity::LoadOrCreate(admitted_dir, {"admitted"});
+  auto admitted = net::TlsIdentity::LoadOrCreate(admitted_dir, {"admitted"});
   ASSERT_TRUE(admitted.ok()) << admitted.status().ToString();
   endpoint::RelayOptions ro;
   ro.admit = {(*admitted)->fingerprint()};
@@ -272,12 +272,12 @@ TEST(EndpointRefusal, AnAdmittingRelayRegistersOnlyTheCertificatesItWasGiven) {
   auto relay = StartRelay(ro, &ca);
   ASSERT_TRUE(relay);
   auto reply_to = [&](const std::string& dir, const std::string& uuid) -> std::string {
-    auto id = endpoint::TlsIdentity::LoadOrCreate(dir, {"x"}, ca);  // the same pair, relay CA
+    auto id = net::TlsIdentity::LoadOrCreate(dir, {"x"}, ca);  // the same pair, relay CA
     EXPECT_TRUE(id.ok()) << id.status().ToString();
     auto fd = net::ConnectTcp({"127.0.0.1", relay->port()}, std::chrono::seconds(5),
                               std::chrono::seconds(30));
     EXPECT_TRUE(fd.ok());
-    auto t = endpoint::TlsStream::Connect((*id)->relay_client_ctx(), *fd, "127.0.0.1");
+    auto t = net::TlsStream::Connect((*id)->relay_client_ctx(), *fd, "127.0.0.1");
     EXPECT_TRUE(t.ok()) << t.status().ToString();
     EXPECT_TRUE((*t)->WriteLine("REGISTER " + uuid + " 127.0.0.1:1").ok());
     auto reply = (*t)->ReadLine();
