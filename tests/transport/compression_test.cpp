@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "transport/compress/chooser.h"
 #include "transport/conformance.h"
 #include "xsilo/core/encode_stream.h"
 #include "xsilo/transport/forwarding.h"
