@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "xsilo/core/option_table.h"
 #include "xsilo/store/connector.h"
 
 namespace xsilo {
@@ -32,17 +33,21 @@ Result<std::unique_ptr<Connector>> MakeMultiConnector(const ConnectorOptions& op
 // Wraps the connector given by its "inner" options and injects faults.
 Result<std::unique_ptr<Connector>> MakeFaultyConnector(const ConnectorOptions& options);
 
-// InvalidArgument naming the first option not in `known`.
-Status CheckConnectorOptions(const std::string& type, const ConnectorOptions& options,
-                             std::initializer_list<const char*> known);
+// Each type's option keys (connector_options.cpp): its parser reads its
+// options through its table, which refuses a key without a row, naming the
+// nearest.
+const OptionTable& MemoryConnectorOptionTable();
+const OptionTable& FileConnectorOptionTable();
+const OptionTable& RedisConnectorOptionTable();
+const OptionTable& S3ConnectorOptionTable();
+const OptionTable& EndpointConnectorOptionTable();
+const OptionTable& ZmqConnectorOptionTable();
+const OptionTable& UcxConnectorOptionTable();
+const OptionTable& MultiConnectorOptionTable();
+const OptionTable& FaultyConnectorOptionTable();
 
 // `what: strerror(e)` as a Status whose code fits the errno (NotFound,
 // PermissionDenied, ResourceExhausted, else Internal).
 Status ErrnoStatus(const std::string& what, int e);
-
-// Option `key` as an integer in [min, max], or `fallback` when absent;
-// InvalidArgument naming the connector type and the range otherwise.
-Result<int64_t> ConnectorIntOption(const std::string& type, const ConnectorOptions& options,
-                                   const char* key, int64_t fallback, int64_t min, int64_t max);
 
 }  // namespace xsilo

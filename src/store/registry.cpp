@@ -1,5 +1,4 @@
 #include <algorithm>
-#include <charconv>
 #include <functional>
 #include <utility>
 #include <vector>
@@ -40,31 +39,6 @@ std::vector<std::string> ConnectorTypes() {
   std::vector<std::string> types;
   for (const auto& [type, f] : Factories()) types.push_back(type);
   return types;
-}
-
-Status CheckConnectorOptions(const std::string& type, const ConnectorOptions& options,
-                             std::initializer_list<const char*> known) {
-  for (const auto& option : options) {
-    const std::string& k = option.first;
-    if (std::none_of(known.begin(), known.end(), [&](const char* n) { return k == n; })) {
-      return InvalidArgument("unknown option '" + k + "' for connector '" + type + "'");
-    }
-  }
-  return Status::OK();
-}
-
-Result<int64_t> ConnectorIntOption(const std::string& type, const ConnectorOptions& options,
-                                   const char* key, int64_t fallback, int64_t min, int64_t max) {
-  auto it = options.find(key);
-  if (it == options.end()) return fallback;
-  int64_t v = 0;
-  const std::string& text = it->second;
-  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || p != text.data() + text.size() || v < min || v > max) {
-    return InvalidArgument(type + " option " + key + "='" + text + "' must be an integer in [" +
-                           std::to_string(min) + ", " + std::to_string(max) + "]");
-  }
-  return v;
 }
 
 }  // namespace xsilo

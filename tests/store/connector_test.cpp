@@ -7,8 +7,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "s3/s3rver.h"
@@ -269,6 +271,45 @@ TEST(ConnectorRegistry, UnknownTypeAndBadOptions) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(MakeConnector({"redis", {{"part_bytes", "1000000000"}}}).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// Every connector type reads its options through its table
+// (src/store/connector_options.cpp): a misspelt key is refused naming the
+// nearest valid one, and a value out of range names the key and the range.
+TEST(ConnectorRegistry, EachTypeRefusesAMisspeltKeyByTheNearestAndAValueByItsRange) {
+  const std::string dir = ::testing::TempDir() + "xsilo-options-" + RandomObjectId();
+  const std::vector<std::tuple<std::string, std::map<std::string, std::string>, std::string>>
+      misspelt = {
+          {"memory", {{"nme", "a"}}, "name"},
+          {"file", {{"dir", dir}, {"fsyn", "1"}}, "fsync"},
+          {"redis", {{"portt", "6379"}}, "port"},
+          {"s3", {{"bucket", "b"}, {"buckett", "c"}}, "bucket"},
+          {"endpoint", {{"address", "127.0.0.1:1"}, {"timeout", "5"}}, "timeout_ms"},
+          {"zmq", {{"rol", "client"}}, "role"},
+          {"multi", {{"connector", "[]"}}, "connectors"},
+          {"faulty", {{"inner", "memory"}, {"fault.fial", "0.5"}}, "fault.fail"},
+      };
+  for (const auto& [type, options, nearest] : misspelt) {
+    auto c = MakeConnector({type, options});
+    ASSERT_EQ(c.status().code(), StatusCode::kInvalidArgument) << type;
+    EXPECT_NE(c.status().message().find("'" + nearest + "'"), std::string::npos)
+        << type << ": " << c.status().message();
+  }
+  const std::vector<std::tuple<std::string, std::map<std::string, std::string>, std::string>>
+      out_of_range = {
+          {"file", {{"dir", dir}, {"fsync", "yes"}}, "fsync='yes' must be 0 or 1"},
+          {"redis", {{"pool", "0"}}, "pool='0' must be"},
+          {"s3", {{"bucket", "b"}, {"part_bytes", "1024"}}, "part_bytes='1024' must be"},
+          {"zmq", {{"role", "both"}}, "role='both' must be one of"},
+          {"faulty", {{"inner", "memory"}, {"fault.fail", "2"}}, "fault.fail='2' must be"},
+      };
+  for (const auto& [type, options, says] : out_of_range) {
+    auto c = MakeConnector({type, options});
+    ASSERT_EQ(c.status().code(), StatusCode::kInvalidArgument) << type;
+    EXPECT_NE(c.status().message().find(says), std::string::npos)
+        << type << ": " << c.status().message();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ConnectorRegistry, UnreachableRedisIsUnavailable) {

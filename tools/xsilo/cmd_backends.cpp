@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "xsilo/hybrid/hybrid.h"
+#include "xsilo/store/connector.h"
 #include "xsilo/transport/registry.h"
 
 namespace xsilo::cli {
@@ -50,12 +51,20 @@ std::string Scope(const OptionTable& t) {
   if (t.owner() == "compression") return "any backend (a decorator around the whole backend)";
   if (t.owner() == "faulty transport") return "`faulty(<transport>)`";
   if (t.owner() == "hybrid") return "`<transport>+<connector>` and `auto+<connector>`";
+  const std::string_view suffix = " connector";
+  if (t.owner().size() > suffix.size() &&
+      t.owner().compare(t.owner().size() - suffix.size(), suffix.size(), suffix) == 0) {
+    const std::string type = t.owner().substr(0, t.owner().size() - suffix.size());
+    return "the `" + type + "` connector: `store.KEY` of `<transport>+" + type +
+           "`, or the options of a ConnectorConfig of type `" + type + "`";
+  }
   return "`" + t.owner() + "`";
 }
 
 std::vector<const OptionTable*> AllTables() {
   std::vector<const OptionTable*> tables = BackendOptionTables();
   tables.push_back(&HybridOptionTable());
+  for (const OptionTable* t : ConnectorOptionTables()) tables.push_back(t);
   return tables;
 }
 
@@ -68,8 +77,9 @@ std::string Markdown() {
          "`xsilo backends --keys --markdown`, made from the tables the parsers read their keys\n"
          "through, so it cannot drift from the code: ctest `repo.backend_options` fails when\n"
          "it differs. A key that no layer of the backend reads is refused, naming the layer\n"
-         "it belongs to or the nearest valid key. The store.* keys of a connector are in\n"
-         "docs/store.md.\n";
+         "it belongs to or the nearest valid key. A connector's keys (the `store.*` keys\n"
+         "of a hybrid backend) follow the backends' (docs/store.md says what each\n"
+         "connector does with them).\n";
   for (const OptionTable* t : AllTables()) {
     out << "\n## " << t->owner() << "\n\nRead by " << Scope(*t) << ".\n\n"
         << "| key | type | accepted | default | what it does |\n|---|---|---|---|---|\n";

@@ -22,6 +22,8 @@
 
 namespace xsilo {
 
+class OptionTable;  // xsilo/core/option_table.h
+
 struct Key {
   std::string connector;  // connector type that made it: "memory", "file", "redis", "s3", ...
   std::string id;         // object name inside that connector
@@ -115,6 +117,9 @@ class Connector {
 Result<std::unique_ptr<Connector>> MakeConnector(const ConnectorConfig& config);
 // Registered connector types.
 std::vector<std::string> ConnectorTypes();
+// Every built-in connector type's option keys, one table per type (the ucx
+// one even when this build has no UCX): `xsilo backends --keys` prints them.
+std::vector<const OptionTable*> ConnectorOptionTables();
 
 // A random 128-bit id as 32 hex characters, from the kernel's CSPRNG
 // (getrandom): unpredictable from other ids, so also usable as a secret.

@@ -175,21 +175,21 @@ class EndpointConnector final : public Connector {
 }  // namespace
 
 Result<std::unique_ptr<Connector>> MakeEndpointConnector(const ConnectorOptions& options) {
-  XSILO_RETURN_IF_ERROR(CheckConnectorOptions(
-      "endpoint", options, {"address", "timeout_ms", "put_to", "readers", "token_file"}));
-  auto it = options.find("address");
-  if (it == options.end()) return InvalidArgument("endpoint connector needs option 'address'");
-  XSILO_ASSIGN_OR_RETURN(HostPort hp, net::ParseHostPort(it->second));
-  XSILO_ASSIGN_OR_RETURN(int64_t timeout,
-                         ConnectorIntOption("endpoint", options, "timeout_ms", 60000, 1, 86400000));
+  const OptionTable& t = EndpointConnectorOptionTable();
+  XSILO_RETURN_IF_ERROR(t.CheckKeys(options));
+  if (!t.Has(options, "address")) {
+    return InvalidArgument("endpoint connector needs option 'address'");
+  }
+  const std::string address = t.String(options, "address");
+  XSILO_ASSIGN_OR_RETURN(HostPort hp, net::ParseHostPort(address));
+  XSILO_ASSIGN_OR_RETURN(int64_t timeout, t.Int(options, "timeout_ms"));
   std::string put_to;
-  if (auto p = options.find("put_to"); p != options.end()) {
-    put_to = p->second;
+  if (t.Has(options, "put_to")) {
+    put_to = t.String(options, "put_to");
     if (!ValidToken(put_to)) return InvalidArgument("endpoint option put_to is not a valid uuid");
   }
-  std::string readers = "*";
-  if (auto r = options.find("readers"); r != options.end()) {
-    readers = r->second;
+  std::string readers = t.String(options, "readers");
+  {
     for (size_t pos = 0; !readers.empty() && pos <= readers.size();) {
       size_t comma = readers.find(',', pos);
       std::string one =
@@ -203,14 +203,14 @@ Result<std::unique_ptr<Connector>> MakeEndpointConnector(const ConnectorOptions&
     }
   }
   std::string token_file, token;
-  if (auto t = options.find("token_file"); t != options.end()) {
-    token_file = t->second;
+  if (t.Has(options, "token_file")) {
+    token_file = t.String(options, "token_file");
     auto read = ReadSecretFile(token_file);
     if (!read.ok()) return read.status().WithContext("endpoint connector token_file");
     token = *std::move(read);
   }
   return std::unique_ptr<Connector>(
-      new EndpointConnector(it->second, std::move(hp), static_cast<int>(timeout), put_to,
+      new EndpointConnector(address, std::move(hp), static_cast<int>(timeout), put_to,
                             std::move(readers), std::move(token_file), std::move(token)));
 }
 

@@ -209,25 +209,22 @@ Result<std::unique_ptr<Connector>> MakeFaultyConnector(const ConnectorOptions& o
       own[k] = v;
     }
   }
-  XSILO_RETURN_IF_ERROR(CheckConnectorOptions(
-      "faulty", own,
-      {"fault.seed", "fault.fail", "fault.drop", "fault.corrupt", "fault.truncate",
-       "fault.corrupt_put", "fault.delay", "fault.delay_ms"}));
+  const OptionTable& t = FaultyConnectorOptionTable();
+  XSILO_RETURN_IF_ERROR(t.CheckKeys(options));
   if (inner.type.empty()) {
     return InvalidArgument("faulty connector needs option 'inner' (the wrapped connector type)");
   }
   if (inner.type == "faulty") return InvalidArgument("faulty connector cannot wrap itself");
   FaultRates r;
-  XSILO_ASSIGN_OR_RETURN(r.fail, fault::Probability(own, "fault.fail", "faulty connector"));
-  XSILO_ASSIGN_OR_RETURN(r.drop, fault::Probability(own, "fault.drop", "faulty connector"));
-  XSILO_ASSIGN_OR_RETURN(r.corrupt, fault::Probability(own, "fault.corrupt", "faulty connector"));
-  XSILO_ASSIGN_OR_RETURN(r.truncate, fault::Probability(own, "fault.truncate", "faulty connector"));
-  XSILO_ASSIGN_OR_RETURN(r.corrupt_put,
-                         fault::Probability(own, "fault.corrupt_put", "faulty connector"));
-  XSILO_ASSIGN_OR_RETURN(r.delay, fault::Probability(own, "fault.delay", "faulty connector"));
-  XSILO_ASSIGN_OR_RETURN(r.delay_ms,
-                         ConnectorIntOption("faulty", own, "fault.delay_ms", 10, 0, 600000));
-  XSILO_ASSIGN_OR_RETURN(r.seed, fault::Unsigned(own, "fault.seed", "faulty connector", 0));
+  XSILO_ASSIGN_OR_RETURN(r.fail, t.Real(own, "fault.fail"));
+  XSILO_ASSIGN_OR_RETURN(r.drop, t.Real(own, "fault.drop"));
+  XSILO_ASSIGN_OR_RETURN(r.corrupt, t.Real(own, "fault.corrupt"));
+  XSILO_ASSIGN_OR_RETURN(r.truncate, t.Real(own, "fault.truncate"));
+  XSILO_ASSIGN_OR_RETURN(r.corrupt_put, t.Real(own, "fault.corrupt_put"));
+  XSILO_ASSIGN_OR_RETURN(r.delay, t.Real(own, "fault.delay"));
+  XSILO_ASSIGN_OR_RETURN(int64_t delay_ms, t.Int(own, "fault.delay_ms"));
+  r.delay_ms = delay_ms;
+  XSILO_ASSIGN_OR_RETURN(r.seed, t.U64(own, "fault.seed"));
   XSILO_ASSIGN_OR_RETURN(std::unique_ptr<Connector> wrapped, MakeConnector(inner));
   return std::unique_ptr<Connector>(
       std::make_unique<FaultyConnector>(std::move(wrapped), std::move(own), r));

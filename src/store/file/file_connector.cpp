@@ -113,17 +113,15 @@ class FileConnector final : public Connector {
 }  // namespace
 
 Result<std::unique_ptr<Connector>> MakeFileConnector(const ConnectorOptions& options) {
-  XSILO_RETURN_IF_ERROR(CheckConnectorOptions("file", options, {"dir", "fsync"}));
-  auto it = options.find("dir");
-  if (it == options.end() || it->second.empty()) {
-    return InvalidArgument("file connector needs option 'dir'");
-  }
+  const OptionTable& t = FileConnectorOptionTable();
+  XSILO_RETURN_IF_ERROR(t.CheckKeys(options));
+  const std::string dir = t.String(options, "dir");
+  if (dir.empty()) return InvalidArgument("file connector needs option 'dir'");
+  XSILO_ASSIGN_OR_RETURN(bool fsync, t.Flag(options, "fsync"));
   std::error_code ec;
-  std::filesystem::create_directories(it->second, ec);
-  if (ec) return ErrnoStatus("create directory " + it->second, ec.value());
-  auto f = options.find("fsync");
-  bool fsync = f != options.end() && f->second == "1";
-  return std::unique_ptr<Connector>(std::make_unique<FileConnector>(it->second, fsync));
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return ErrnoStatus("create directory " + dir, ec.value());
+  return std::unique_ptr<Connector>(std::make_unique<FileConnector>(dir, fsync));
 }
 
 }  // namespace xsilo

@@ -106,10 +106,9 @@ class MemoryConnector final : public Connector {
 }  // namespace
 
 Result<std::unique_ptr<Connector>> MakeMemoryConnector(const ConnectorOptions& options) {
-  XSILO_RETURN_IF_ERROR(CheckConnectorOptions("memory", options, {"name"}));
-  auto it = options.find("name");
-  return std::unique_ptr<Connector>(
-      std::make_unique<MemoryConnector>(it == options.end() ? "default" : it->second));
+  const OptionTable& t = MemoryConnectorOptionTable();
+  XSILO_RETURN_IF_ERROR(t.CheckKeys(options));
+  return std::unique_ptr<Connector>(std::make_unique<MemoryConnector>(t.String(options, "name")));
 }
 
 }  // namespace xsilo

@@ -217,7 +217,7 @@ ConnectorConfig MultiConnectorConfig(const std::vector<MultiMember>& members) {
 
 Result<std::vector<MultiMember>> ParseMultiMembers(
     const std::map<std::string, std::string>& options) {
-  XSILO_RETURN_IF_ERROR(CheckConnectorOptions("multi", options, {"connectors"}));
+  XSILO_RETURN_IF_ERROR(MultiConnectorOptionTable().CheckKeys(options));
   auto it = options.find("connectors");
   if (it == options.end()) return InvalidArgument("multi connector needs option 'connectors'");
   json arr = json::parse(it->second, nullptr, false);

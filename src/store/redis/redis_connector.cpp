@@ -297,24 +297,20 @@ std::map<std::string, std::string>& KnownPasswords() {
 }  // namespace
 
 Result<std::unique_ptr<Connector>> MakeRedisConnector(const ConnectorOptions& options) {
-  XSILO_RETURN_IF_ERROR(CheckConnectorOptions(
-      "redis", options,
-      {"host", "port", "password", "password_file", "prefix", "part_bytes", "timeout_ms", "pool"}));
+  const OptionTable& t = RedisConnectorOptionTable();
+  XSILO_RETURN_IF_ERROR(t.CheckKeys(options));
   RedisOptions o;
-  if (auto it = options.find("host"); it != options.end()) o.host = it->second;
-  if (auto it = options.find("password"); it != options.end()) o.password = it->second;
-  if (auto it = options.find("password_file"); it != options.end()) o.password_file = it->second;
+  o.host = t.String(options, "host");
+  o.password = t.String(options, "password");
+  o.password_file = t.String(options, "password_file");
   if (!o.password.empty() && !o.password_file.empty()) {
     return InvalidArgument("redis connector: give password or password_file, not both");
   }
-  if (auto it = options.find("prefix"); it != options.end()) o.prefix = it->second;
-  XSILO_ASSIGN_OR_RETURN(int64_t port,
-                         ConnectorIntOption("redis", options, "port", 6379, 1, 65535));
-  XSILO_ASSIGN_OR_RETURN(int64_t part, ConnectorIntOption("redis", options, "part_bytes",
-                                                          256ll << 20, 1, 512ll << 20));
-  XSILO_ASSIGN_OR_RETURN(int64_t timeout,
-                         ConnectorIntOption("redis", options, "timeout_ms", 30000, 1, 3600000));
-  XSILO_ASSIGN_OR_RETURN(int64_t pool, ConnectorIntOption("redis", options, "pool", 4, 1, 1024));
+  o.prefix = t.String(options, "prefix");
+  XSILO_ASSIGN_OR_RETURN(int64_t port, t.Int(options, "port"));
+  XSILO_ASSIGN_OR_RETURN(int64_t part, t.Int(options, "part_bytes"));
+  XSILO_ASSIGN_OR_RETURN(int64_t timeout, t.Int(options, "timeout_ms"));
+  XSILO_ASSIGN_OR_RETURN(int64_t pool, t.Int(options, "pool"));
   o.port = static_cast<int>(port);
   o.part_bytes = static_cast<uint64_t>(part);
   o.timeout_ms = static_cast<int>(timeout);

@@ -301,11 +301,8 @@ Result<std::string> S3ConnectorSecret(const ConnectorOptions& options) {
 }
 
 Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& options) {
-  XSILO_RETURN_IF_ERROR(CheckConnectorOptions(
-      "s3", options,
-      {"bucket", "endpoint", "region", "access_key", "secret_key", "prefix", "connections",
-       "part_bytes", "concurrency", "addressing", "create_bucket", "local_dir", "local_etags",
-       "ca_file", "secret_key_file"}));
+  const OptionTable& t = S3ConnectorOptionTable();
+  XSILO_RETURN_IF_ERROR(t.CheckKeys(options));
   S3ConnectorOptions o = StringOptions(options);
   if (o.local_etags != "md5" && o.local_etags != "xxh3") {
     return InvalidArgument("s3 connector: local_etags must be md5 or xxh3, not " + o.local_etags);
@@ -320,18 +317,13 @@ Result<std::unique_ptr<Connector>> MakeS3Connector(const ConnectorOptions& optio
   if (!o.access_key.empty() && o.secret_key.empty()) {
     XSILO_ASSIGN_OR_RETURN(o.secret_key, ResolveSecret(o));
   }
-  XSILO_ASSIGN_OR_RETURN(int64_t connections,
-                         ConnectorIntOption("s3", options, "connections", 8, 1, 256));
-  XSILO_ASSIGN_OR_RETURN(int64_t concurrency,
-                         ConnectorIntOption("s3", options, "concurrency", 8, 1, 256));
-  XSILO_ASSIGN_OR_RETURN(int64_t part, ConnectorIntOption("s3", options, "part_bytes", 64ll << 20,
-                                                          5ll << 20, 5ll << 30));
-  XSILO_ASSIGN_OR_RETURN(int64_t create,
-                         ConnectorIntOption("s3", options, "create_bucket", 1, 0, 1));
+  XSILO_ASSIGN_OR_RETURN(int64_t connections, t.Int(options, "connections"));
+  XSILO_ASSIGN_OR_RETURN(int64_t concurrency, t.Int(options, "concurrency"));
+  XSILO_ASSIGN_OR_RETURN(int64_t part, t.Int(options, "part_bytes"));
+  XSILO_ASSIGN_OR_RETURN(o.create_bucket, t.Flag(options, "create_bucket"));
   o.connections = static_cast<int>(connections);
   o.concurrency = static_cast<int>(concurrency);
   o.part_bytes = static_cast<uint64_t>(part);
-  o.create_bucket = create == 1;
 
   S3ClientOptions co;
   co.endpoint = o.endpoint;

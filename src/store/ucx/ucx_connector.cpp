@@ -210,25 +210,18 @@ class UcxConnector final : public Connector {
 }  // namespace
 
 Result<std::unique_ptr<Connector>> MakeUcxConnector(const ConnectorOptions& options) {
-  XSILO_RETURN_IF_ERROR(CheckConnectorOptions(
-      "ucx", options, {"host", "port", "serve", "timeout_ms", "max_bytes", "chunk_bytes", "tls"}));
+  const OptionTable& t = UcxConnectorOptionTable();
+  XSILO_RETURN_IF_ERROR(t.CheckKeys(options));
   UcxOptions o;
-  if (auto it = options.find("host"); it != options.end()) o.host = it->second;
+  o.host = t.String(options, "host");
   if (o.host.empty()) return InvalidArgument("ucx option host must not be empty");
-  if (auto it = options.find("tls"); it != options.end()) o.tls = it->second;
-  if (auto it = options.find("serve"); it != options.end()) {
-    if (it->second != "now" && it->second != "on_put") {
-      return InvalidArgument("ucx option serve='" + it->second + "' must be now or on_put");
-    }
-    o.serve_now = it->second == "now";
-  }
-  XSILO_ASSIGN_OR_RETURN(int64_t port, ConnectorIntOption("ucx", options, "port", 0, 0, 65535));
-  XSILO_ASSIGN_OR_RETURN(int64_t timeout,
-                         ConnectorIntOption("ucx", options, "timeout_ms", 30000, 1, 3600000));
-  XSILO_ASSIGN_OR_RETURN(int64_t max_bytes,
-                         ConnectorIntOption("ucx", options, "max_bytes", 0, 0, INT64_MAX));
-  XSILO_ASSIGN_OR_RETURN(int64_t chunk, ConnectorIntOption("ucx", options, "chunk_bytes",
-                                                           64ll << 20, 4096, 1ll << 30));
+  o.tls = t.String(options, "tls");
+  XSILO_ASSIGN_OR_RETURN(std::string serve, t.Enum(options, "serve"));
+  o.serve_now = serve == "now";
+  XSILO_ASSIGN_OR_RETURN(int64_t port, t.Int(options, "port"));
+  XSILO_ASSIGN_OR_RETURN(int64_t timeout, t.Int(options, "timeout_ms"));
+  XSILO_ASSIGN_OR_RETURN(int64_t max_bytes, t.Int(options, "max_bytes"));
+  XSILO_ASSIGN_OR_RETURN(int64_t chunk, t.Int(options, "chunk_bytes"));
   o.port = static_cast<int>(port);
   o.timeout_ms = static_cast<int>(timeout);
   o.max_bytes = static_cast<uint64_t>(max_bytes);

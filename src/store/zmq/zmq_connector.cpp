@@ -169,24 +169,17 @@ class ZmqConnector final : public Connector {
 }  // namespace
 
 Result<std::unique_ptr<Connector>> MakeZmqConnector(const ConnectorOptions& options) {
-  XSILO_RETURN_IF_ERROR(CheckConnectorOptions(
-      "zmq", options, {"host", "port", "role", "timeout_ms", "max_bytes", "chunk_bytes"}));
+  const OptionTable& t = ZmqConnectorOptionTable();
+  XSILO_RETURN_IF_ERROR(t.CheckKeys(options));
   ZmqOptions o;
-  if (auto it = options.find("host"); it != options.end()) o.host = it->second;
+  o.host = t.String(options, "host");
   if (o.host.empty()) return InvalidArgument("zmq option host must not be empty");
-  if (auto it = options.find("role"); it != options.end()) {
-    if (it->second != "server" && it->second != "client") {
-      return InvalidArgument("zmq option role='" + it->second + "' must be server or client");
-    }
-    o.client = it->second == "client";
-  }
-  XSILO_ASSIGN_OR_RETURN(int64_t port, ConnectorIntOption("zmq", options, "port", 0, 0, 65535));
-  XSILO_ASSIGN_OR_RETURN(int64_t timeout,
-                         ConnectorIntOption("zmq", options, "timeout_ms", 30000, 1, 3600000));
-  XSILO_ASSIGN_OR_RETURN(int64_t max_bytes,
-                         ConnectorIntOption("zmq", options, "max_bytes", 0, 0, INT64_MAX));
-  XSILO_ASSIGN_OR_RETURN(
-      int64_t chunk, ConnectorIntOption("zmq", options, "chunk_bytes", 1ll << 20, 1, 1ll << 30));
+  XSILO_ASSIGN_OR_RETURN(std::string role, t.Enum(options, "role"));
+  o.client = role == "client";
+  XSILO_ASSIGN_OR_RETURN(int64_t port, t.Int(options, "port"));
+  XSILO_ASSIGN_OR_RETURN(int64_t timeout, t.Int(options, "timeout_ms"));
+  XSILO_ASSIGN_OR_RETURN(int64_t max_bytes, t.Int(options, "max_bytes"));
+  XSILO_ASSIGN_OR_RETURN(int64_t chunk, t.Int(options, "chunk_bytes"));
   o.port = static_cast<int>(port);
   o.timeout_ms = static_cast<int>(timeout);
   o.max_bytes = static_cast<uint64_t>(max_bytes);
