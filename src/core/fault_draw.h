@@ -1,17 +1,14 @@
-// Private: the seeded draws and option parsing shared by the fault
-// injectors (the `faulty` connector, src/store/faulty/, and the `faulty`
-// transport, src/transport/faulty/).
+// Private: the seeded draws shared by the fault injectors (the `faulty`
+// connector, src/store/faulty/, and the `faulty` transport,
+// src/transport/faulty/).
 //
 // Draw n of an operation kind is a pure function of (seed, kind, n), so a
 // run whose operations of each kind come in the same order sees the same
 // faults every time.
 #pragma once
 
-#include <charconv>
 #include <cstdint>
 #include <cstring>
-#include <map>
-#include <string>
 
 #include "xsilo/core/codec.h"
 #include "xsilo/core/status.h"
@@ -41,37 +38,6 @@ class Draw {
  private:
   uint64_t state_;
 };
-
-// options[key] as a probability in [0, 1]; 0 when absent. `who` names the
-// injector in the error ("faulty connector").
-inline Result<double> Probability(const std::map<std::string, std::string>& options,
-                                  const std::string& key, const std::string& who) {
-  auto it = options.find(key);
-  if (it == options.end()) return 0.0;
-  double v = -1;
-  const std::string& text = it->second;
-  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc() || p != text.data() + text.size() || !(v >= 0 && v <= 1)) {
-    return InvalidArgument(who + " option " + key + "='" + text +
-                           "' must be a probability in [0, 1]");
-  }
-  return v;
-}
-
-// options[key] as an unsigned integer; `fallback` when absent.
-inline Result<uint64_t> Unsigned(const std::map<std::string, std::string>& options,
-                                 const std::string& key, const std::string& who,
-                                 uint64_t fallback) {
-  auto it = options.find(key);
-  if (it == options.end()) return fallback;
-  uint64_t v = 0;
-  const std::string& t = it->second;
-  auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
-  if (t.empty() || ec != std::errc() || p != t.data() + t.size()) {
-    return InvalidArgument(who + " option " + key + "='" + t + "' must be an unsigned integer");
-  }
-  return v;
-}
 
 // A private copy of `bytes` with one bit, chosen by `d`, flipped.
 inline Result<Buffer> FlipOneBit(const GatherList& bytes, Draw& d) {
