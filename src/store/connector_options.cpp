@@ -97,7 +97,7 @@ const OptionTable& EndpointConnectorOptionTable() {
            "host:port of the site's endpoint (its local API; required)"},
           {"timeout_ms", T::kMillis, "60000", 1, 86400000, "", "one call's timeout"},
           {"put_to", T::kString, "", 0, 0, "",
-           "the uuid of another site's endpoint to put objects on; empty: this site's"},
+           "the uuid of another site's endpoint to put objects on; absent: this site's"},
           {"readers", T::kString, "*", 0, 0, "",
            "comma-separated endpoint uuids that may read what this puts; *: any admitted "
            "site; empty: this site only"},

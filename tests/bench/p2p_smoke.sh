@@ -2,7 +2,8 @@
 # Runs a tiny `xsilo bench p2p` on lan and checks that the JSON and CSV
 # files hold the expected rows (one per backend, latency samples, the
 # Figure 2 points, the link reference). mpi-buffer runs under mpirun when
-# Open MPI is installed and is listed as not run otherwise.
+# Open MPI is installed and this build has the MPI transports, and is
+# listed as not run otherwise.
 set -euo pipefail
 XSILO="$1"
 OUT="$(mktemp -d /tmp/xsilo-bench-test-XXXXXX)"
@@ -13,7 +14,7 @@ trap 'rm -rf "$OUT"' EXIT
   --skip lan:medium --passes 2 --out "$OUT"
 
 MPI=0
-if command -v mpirun >/dev/null 2>&1; then MPI=1; fi
+if command -v mpirun >/dev/null 2>&1 && "$XSILO" backends | grep -q '^mpi-buffer '; then MPI=1; fi
 python3 - "$OUT" "$MPI" <<'PY'
 import csv, json, os, statistics, sys
 d = sys.argv[1]

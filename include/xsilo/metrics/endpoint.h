@@ -41,7 +41,8 @@ class MetricsEndpoint {
   int port() const;
   // "http://<address>:<port>/metrics".
   std::string url() const;
-  // Wakes the thread, closes the socket and joins; idempotent.
+  // Stops the server: closes the listener and every connection and joins
+  // its threads; idempotent.
   void Stop();
 
   struct Impl;

@@ -7,6 +7,8 @@
 
 namespace xsilo {
 
+namespace compression_internal {
+
 std::string Fixed(double x, int digits) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", digits, x);
@@ -20,6 +22,11 @@ std::string RecipeName(const TensorRecipe& r) {
   if (r.delta) s += r.value_scale ? " delta on the values' scale" : " delta";
   return s;
 }
+
+}  // namespace compression_internal
+
+using compression_internal::Fixed;
+using compression_internal::RecipeName;
 
 bool CompressionCannotPay(uint64_t eligible_bytes, uint64_t message_bytes, double link_Bps,
                           int threads, double encode_Bps, double decode_Bps, double best_ratio,

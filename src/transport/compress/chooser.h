@@ -64,10 +64,14 @@ bool CompressionCannotPay(uint64_t eligible_bytes, uint64_t message_bytes, doubl
                           int threads, double encode_Bps, double decode_Bps, double best_ratio,
                           double margin);
 
+namespace compression_internal {
+
 // "lossless", "int8+zstd", "bf16 top-0.0100 delta", ...: a recipe's name in
 // the choice's reason lines and the decorator's speed memo.
 std::string RecipeName(const TensorRecipe& r);
 // x with `digits` decimals.
 std::string Fixed(double x, int digits);
+
+}  // namespace compression_internal
 
 }  // namespace xsilo

@@ -25,6 +25,8 @@ namespace xsilo {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using compression_internal::Fixed;
+using compression_internal::RecipeName;
 
 // Each choice at debug, a message dropped at warn.
 constinit LogComponent kLog("compression");
