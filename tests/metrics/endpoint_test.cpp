@@ -34,6 +34,25 @@ TEST(MetricsEndpoint, ServesTheRegistryAtSlashMetrics) {
   EXPECT_EQ(HttpGet((*ep)->port(), "/metrics", "POST").status, 405);
 }
 
+// On net::HttpServer: a HEAD announces the length a GET sends, and a 405
+// names the methods that are answered.
+TEST(MetricsEndpoint, HeadAnnouncesTheBodysLengthAnd405NamesTheMethods) {
+  Registry r;
+  r.GetCounter("xsilo_things_total", "Things.", {{"peer", "1"}}).Add(3);
+  auto ep = MetricsEndpoint::Start(r);
+  ASSERT_TRUE(ep.ok()) << ep.status().ToString();
+  const auto get = HttpGet((*ep)->port(), "/metrics");
+  ASSERT_EQ(get.status, 200);
+  const auto head = HttpGet((*ep)->port(), "/metrics", "HEAD");
+  ASSERT_EQ(head.status, 200);
+  EXPECT_NE(head.headers.find("Content-Length: " + std::to_string(get.body.size())),
+            std::string::npos)
+      << head.headers;
+  const auto post = HttpGet((*ep)->port(), "/metrics", "POST");
+  EXPECT_EQ(post.status, 405);
+  EXPECT_NE(post.headers.find("Allow: GET, HEAD"), std::string::npos) << post.headers;
+}
+
 TEST(MetricsEndpoint, StopIsIdempotentAndClosesThePort) {
   Registry r;
   auto ep = MetricsEndpoint::Start(r);
