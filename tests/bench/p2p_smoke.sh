@@ -14,7 +14,10 @@ trap 'rm -rf "$OUT"' EXIT
   --skip lan:medium --passes 2 --out "$OUT"
 
 MPI=0
-if command -v mpirun >/dev/null 2>&1 && "$XSILO" backends | grep -q '^mpi-buffer '; then MPI=1; fi
+# The list is read whole first: `xsilo backends | grep -q` would end the
+# pipe early, and under pipefail xsilo's SIGPIPE would make it fail.
+BACKENDS="$("$XSILO" backends)"
+if command -v mpirun >/dev/null 2>&1 && grep -q '^mpi-buffer ' <<<"$BACKENDS"; then MPI=1; fi
 python3 - "$OUT" "$MPI" <<'PY'
 import csv, json, os, statistics, sys
 d = sys.argv[1]
